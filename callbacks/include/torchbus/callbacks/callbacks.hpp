@@ -1,0 +1,6 @@
+#pragma once
+
+/// \file
+/// Every built-in callback, in one include.
+
+#include <torchbus/torchbus.hpp>

@@ -1,0 +1,73 @@
+#pragma once
+
+/// \file
+/// The torchbus exception family and the TORCHBUS_CHECK macro.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// Root of every error torchbus throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A bad option, flag, name or registration.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A checkpoint that cannot be written, read or applied.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Data that does not fit: an empty loader, a wrong shape, a malformed file.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A failure of the process group: rendezvous, collectives, a rank that left.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+/// Concatenates streamable values into one message.
+template <typename... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+/// "a, b, c", or "none" for an empty list: the names an error message offers instead.
+inline std::string join_or_none(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  std::string joined;
+  for (const auto& name : names) {
+    if (!joined.empty()) joined += ", ";
+    joined += name;
+  }
+  return joined;
+}
+}  // namespace detail
+
+}  // namespace torchbus
+
+/// Throws `ErrorType` with the streamed message parts when `condition` is false, e.g.
+/// `TORCHBUS_CHECK(k >= 1, ConfigError, "accumulate_grad_batches must be >= 1, got ", k);`
+#define TORCHBUS_CHECK(condition, ErrorType, ...)                                                  \
+  do {                                                                                             \
+    if (!(condition)) {                                                                            \
+      throw ::torchbus::ErrorType(::torchbus::detail::concat(__VA_ARGS__));                        \
+    }                                                                                              \
+  } while (false)

@@ -1,0 +1,77 @@
+#pragma once
+
+/// \file
+/// Named series of (step, epoch, value): train loss, validation metrics, anything recorded.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torchbus {
+
+/// One recorded value of a metric.
+struct MetricPoint {
+  std::int64_t step = 0;   ///< optimizer steps completed when it was recorded
+  std::int64_t epoch = 0;  ///< epoch index when it was recorded
+  double value = 0.0;
+};
+
+/// Whether lower or higher values of a metric are better.
+enum class Mode : std::uint8_t { Min, Max };
+
+/// Metric name -> series of points. Tensor values are kept as tensors and read (a host sync) only
+/// when someone asks for the series, or every `kMaxPending` points, so recording in the loop costs
+/// no sync.
+class MetricHistory {
+ public:
+  /// Pending tensor values after which they are resolved in one go.
+  static constexpr std::size_t kMaxPending = 1024;
+
+  /// Appends a number to the series `name`.
+  void record(std::string_view name, std::int64_t step, std::int64_t epoch, double value);
+
+  /// Appends a one-element tensor to the series `name`; it is read when the series is.
+  void record(std::string_view name, std::int64_t step, std::int64_t epoch, at::Tensor value);
+
+  /// Whether the series `name` has at least one point.
+  bool contains(std::string_view name) const noexcept;
+
+  /// The series `name`; throws Error naming the metrics present when there is none.
+  const std::vector<MetricPoint>& series(std::string_view name) const;
+
+  /// The newest point of `name`.
+  const MetricPoint& latest(std::string_view name) const;
+
+  /// The best point of `name` (the first of equals).
+  const MetricPoint& best(std::string_view name, Mode mode) const;
+
+  /// Mean value of the points of `name` recorded in `epoch`; throws when there are none.
+  double epoch_mean(std::string_view name, std::int64_t epoch) const;
+
+  /// Names of all series, in the order they were first recorded.
+  std::vector<std::string> names() const;
+
+  /// Removes every series.
+  void clear() noexcept;
+
+  /// Replaces the series `name` (used when restoring a checkpoint).
+  void set_series(std::string_view name, std::vector<MetricPoint> points);
+
+ private:
+  struct Series {
+    std::string name;
+    std::vector<MetricPoint> points;
+    std::vector<at::Tensor> pending;  // tensor values of the last `pending.size()` points
+  };
+  Series& series_for(std::string_view name);
+  Series* find(std::string_view name) const noexcept;
+  const Series& require(std::string_view name) const;
+  static void resolve(Series& series);
+
+  mutable std::vector<Series> series_;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,18 @@
+#pragma once
+
+/// \file
+/// Everything torchbus offers, in one include.
+
+#include <torchbus/bus.hpp>
+#include <torchbus/callback.hpp>
+#include <torchbus/connection.hpp>
+#include <torchbus/control.hpp>
+#include <torchbus/decorators.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/event.hpp>
+#include <torchbus/filter.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/metric_history.hpp>
+#include <torchbus/state.hpp>
+#include <torchbus/subscription.hpp>
+#include <torchbus/tensor_store.hpp>

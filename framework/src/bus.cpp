@@ -1,0 +1,233 @@
+#include <boost/signals2/dummy_mutex.hpp>
+#include <boost/signals2/signal_type.hpp>
+#include <spdlog/spdlog.h>
+#include <torchbus/bus.hpp>
+#include <torchbus/control.hpp>
+#include <torchbus/decorators.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+
+#include <algorithm>
+
+namespace torchbus {
+namespace detail {
+namespace {
+
+void log_guarded_error(std::string_view during) {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    logger()->error("a subscriber threw during {}: {}", during, error.what());
+  } catch (...) {
+    logger()->error("a subscriber threw a non-standard exception during {}", during);
+  }
+}
+
+/// Signals2 combiner. Runs the slots in order; StopTraining/CancelBatch end only the slot that
+/// threw and are rethrown after the others ran; in guarded mode every error is logged instead.
+struct Dispatch {
+  using result_type = void;
+  const bool* guarded = nullptr;
+
+  template <typename Iterator>
+  void operator()(Iterator first, Iterator last) const {
+    std::exception_ptr control;
+    for (; first != last; ++first) {
+      try {
+        static_cast<void>(*first);
+      } catch (const StopTraining&) {
+        if (!control) control = std::current_exception();
+      } catch (const CancelBatch&) {
+        if (!control) control = std::current_exception();
+      } catch (...) {
+        if (!*guarded) throw;
+        log_guarded_error("a guarded emission");
+      }
+    }
+    if (control && !*guarded) std::rethrow_exception(control);
+  }
+};
+
+namespace signals2 = boost::signals2;
+using Signal = signals2::signal_type<void(State&), signals2::keywords::combiner_type<Dispatch>,
+                                     signals2::keywords::group_type<int>,
+                                     signals2::keywords::mutex_type<signals2::dummy_mutex>>::type;
+
+}  // namespace
+
+struct Channels {
+  bool guarded = false;
+  std::vector<std::unique_ptr<Signal>> signals;  // built-in events first, then custom events
+  std::vector<std::string> custom_names;
+
+  void add_signal() { signals.push_back(std::make_unique<Signal>(Dispatch{&guarded})); }
+};
+
+}  // namespace detail
+
+EventBus::EventBus()
+    : live_(std::make_shared<detail::LiveCounts>()), channels_(std::make_unique<detail::Channels>()) {
+  for (std::size_t i = 0; i < kEventCount; ++i) channels_->add_signal();
+}
+
+EventBus::~EventBus() = default;
+
+namespace {
+template <typename Function>
+boost::signals2::connection connect_slot(detail::Signal& signal, int priority, Function&& function) {
+  return signal.connect(priority, std::forward<Function>(function), boost::signals2::at_back);
+}
+}  // namespace
+
+Connection EventBus::connect(std::size_t channel, Slot slot, int priority) {
+  TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
+  auto connection = connect_slot(*channels_->signals[channel], priority, std::move(slot));
+  ++(*live_)[channel];
+  return Connection(std::move(connection), live_, channel);
+}
+
+Connection EventBus::connect(std::size_t channel, std::optional<Event> event, Filter filter,
+                             Slot slot, int priority) {
+  if (filter.passes_everything()) return connect(channel, std::move(slot), priority);
+  TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
+  Slot filtered = [filter = std::move(filter), slot = std::move(slot), event](State& state) mutable {
+    if (filter.passes(event, state)) slot(state);
+  };
+  return connect(channel, std::move(filtered), priority);
+}
+
+Connection EventBus::on(Event event, Slot slot, int priority) {
+  return connect(index_of(event), std::move(slot), priority);
+}
+
+Connection EventBus::on(Event event, Filter filter, Slot slot, int priority) {
+  return connect(index_of(event), event, std::move(filter), std::move(slot), priority);
+}
+
+Connection EventBus::on(CustomEvent event, Slot slot, int priority) {
+  return on(event, Filter{}, std::move(slot), priority);
+}
+
+Connection EventBus::on(CustomEvent event, Filter filter, Slot slot, int priority) {
+  TORCHBUS_CHECK(event.id < channels_->custom_names.size(), ConfigError, "custom event id ",
+                 event.id, " is not registered on this bus (", channels_->custom_names.size(),
+                 " registered)");
+  return connect(kEventCount + event.id, std::nullopt, std::move(filter), std::move(slot),
+                 priority);
+}
+
+Connection EventBus::on(std::string_view name, Slot slot, int priority) {
+  return on(name, Filter{}, std::move(slot), priority);
+}
+
+Connection EventBus::on(std::string_view name, Filter filter, Slot slot, int priority) {
+  const auto channel = channel_of(name);
+  const auto event = channel < kEventCount ? std::optional(static_cast<Event>(channel)) : std::nullopt;
+  return connect(channel, event, std::move(filter), std::move(slot), priority);
+}
+
+Connection EventBus::add(Subscription subscription) {
+  if (const auto* event = std::get_if<Event>(&subscription.event)) {
+    return on(*event, std::move(subscription.filter), std::move(subscription.slot),
+              subscription.priority);
+  }
+  return on(std::get<std::string>(subscription.event), std::move(subscription.filter),
+            std::move(subscription.slot), subscription.priority);
+}
+
+CallbackConnection EventBus::add(std::shared_ptr<Callback> callback) {
+  TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
+  const auto name = callback->name();
+  TORCHBUS_CHECK(find_callback(name) == nullptr, ConfigError, "a callback named '", name,
+                 "' is already added; callback names identify their state in checkpoints and "
+                 "must be unique (give one a name through Callback(name))");
+  const auto hooks = overridden_hooks(*callback);
+  std::vector<Connection> connections;
+  auto& signals = channels_->signals;
+  const int priority = callback->priority();
+#define TORCHBUS_CONNECT_HOOK(Name, name)                                                          \
+  if (hooks.test(index_of(Event::Name))) {                                                         \
+    auto connection = connect_slot(*signals[index_of(Event::Name)], priority,                      \
+                                   [target = callback.get()](State& state) {                       \
+                                     if (target->runs_on(state.rank)) target->on_##name(state);    \
+                                   });                                                             \
+    ++(*live_)[index_of(Event::Name)];                                                             \
+    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));                 \
+  }
+  TORCHBUS_FOR_EACH_EVENT(TORCHBUS_CONNECT_HOOK)
+#undef TORCHBUS_CONNECT_HOOK
+  callbacks_.push_back(std::move(callback));
+  return CallbackConnection(std::move(connections));
+}
+
+std::vector<Connection> EventBus::add_registered() {
+  std::vector<Connection> connections;
+  for (const auto& subscription : registered_subscriptions()) {
+    connections.push_back(add(subscription));
+  }
+  return connections;
+}
+
+CustomEvent EventBus::register_event(std::string name) {
+  TORCHBUS_CHECK(!name.empty(), ConfigError, "a custom event needs a non-empty name");
+  TORCHBUS_CHECK(!find_event(name), ConfigError, "cannot register custom event '", name,
+                 "': it is the name of a built-in event");
+  auto& names = channels_->custom_names;
+  TORCHBUS_CHECK(std::find(names.begin(), names.end(), name) == names.end(), ConfigError,
+                 "custom event '", name, "' is already registered on this bus");
+  names.push_back(std::move(name));
+  channels_->add_signal();
+  live_->custom.push_back(0);
+  return CustomEvent{names.size() - 1};
+}
+
+CustomEvent EventBus::custom_event(std::string_view name) const {
+  const auto& names = channels_->custom_names;
+  const auto found = std::find(names.begin(), names.end(), name);
+  TORCHBUS_CHECK(found != names.end(), ConfigError, "unknown custom event '", name,
+                 "'; registered custom events: ", detail::join_or_none(names),
+                 " (register one with EventBus::register_event)");
+  return CustomEvent{static_cast<std::size_t>(found - names.begin())};
+}
+
+const std::string& EventBus::name_of(CustomEvent event) const {
+  return channels_->custom_names.at(event.id);
+}
+
+std::size_t EventBus::channel_of(std::string_view name) const {
+  if (auto event = find_event(name)) return index_of(*event);
+  return kEventCount + custom_event(name).id;
+}
+
+void EventBus::emit(CustomEvent event, State& state) {
+  TORCHBUS_CHECK(event.id < live_->custom.size(), ConfigError, "custom event id ", event.id,
+                 " is not registered on this bus");
+  if (live_->custom[event.id] != 0) dispatch(kEventCount + event.id, state);
+}
+
+void EventBus::emit(std::string_view name, State& state) {
+  const auto channel = channel_of(name);
+  if ((*live_)[channel] != 0) dispatch(channel, state);
+}
+
+void EventBus::dispatch(std::size_t channel, State& state) { (*channels_->signals[channel])(state); }
+
+void EventBus::emit_guarded(Event event, State& state) {
+  if (live_->builtin[index_of(event)] == 0) return;
+  const bool was_guarded = std::exchange(channels_->guarded, true);
+  (*channels_->signals[index_of(event)])(state);
+  channels_->guarded = was_guarded;
+}
+
+std::size_t EventBus::subscriber_count(CustomEvent event) const {
+  return event.id < live_->custom.size() ? live_->custom[event.id] : 0;
+}
+
+Callback* EventBus::find_callback(std::string_view name) const noexcept {
+  for (const auto& callback : callbacks_) {
+    if (callback->name() == name) return callback.get();
+  }
+  return nullptr;
+}
+
+}  // namespace torchbus

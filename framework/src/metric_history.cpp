@@ -1,0 +1,107 @@
+#include <torchbus/error.hpp>
+#include <torchbus/metric_history.hpp>
+
+#include <ATen/ops/stack.h>
+
+namespace torchbus {
+
+MetricHistory::Series& MetricHistory::series_for(std::string_view name) {
+  for (auto& series : series_) {
+    if (series.name == name) return series;
+  }
+  series_.push_back(Series{std::string(name), {}, {}});
+  return series_.back();
+}
+
+MetricHistory::Series* MetricHistory::find(std::string_view name) const noexcept {
+  for (auto& series : series_) {
+    if (series.name == name && !series.points.empty()) return &series;
+  }
+  return nullptr;
+}
+
+const MetricHistory::Series& MetricHistory::require(std::string_view name) const {
+  if (auto* series = find(name)) {
+    resolve(*series);
+    return *series;
+  }
+  throw Error(detail::concat("no metric named '", name, "' in the metric history; recorded: ",
+                             detail::join_or_none(names())));
+}
+
+void MetricHistory::resolve(Series& series) {
+  if (series.pending.empty()) return;
+  // One host read for all pending values.
+  const auto values = at::stack(series.pending).to(at::kDouble).cpu();
+  const auto* data = values.data_ptr<double>();
+  const auto first = series.points.size() - series.pending.size();
+  for (std::size_t i = 0; i < series.pending.size(); ++i) series.points[first + i].value = data[i];
+  series.pending.clear();
+}
+
+void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_t epoch,
+                           double value) {
+  auto& series = series_for(name);
+  resolve(series);
+  series.points.push_back(MetricPoint{step, epoch, value});
+}
+
+void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_t epoch,
+                           at::Tensor value) {
+  TORCHBUS_CHECK(value.numel() == 1, Error, "metric '", name,
+                 "' must be recorded as a one-element tensor, got shape ", value.sizes());
+  auto& series = series_for(name);
+  series.points.push_back(MetricPoint{step, epoch, 0.0});
+  series.pending.push_back(value.detach().reshape({}));
+  if (series.pending.size() >= kMaxPending) resolve(series);
+}
+
+bool MetricHistory::contains(std::string_view name) const noexcept { return find(name) != nullptr; }
+
+const std::vector<MetricPoint>& MetricHistory::series(std::string_view name) const {
+  return require(name).points;
+}
+
+const MetricPoint& MetricHistory::latest(std::string_view name) const {
+  return require(name).points.back();
+}
+
+const MetricPoint& MetricHistory::best(std::string_view name, Mode mode) const {
+  const auto& points = require(name).points;
+  const MetricPoint* best = &points.front();
+  for (const auto& point : points) {
+    if (mode == Mode::Min ? point.value < best->value : point.value > best->value) best = &point;
+  }
+  return *best;
+}
+
+double MetricHistory::epoch_mean(std::string_view name, std::int64_t epoch) const {
+  double sum = 0.0;
+  std::int64_t count = 0;
+  for (const auto& point : require(name).points) {
+    if (point.epoch == epoch) {
+      sum += point.value;
+      ++count;
+    }
+  }
+  TORCHBUS_CHECK(count > 0, Error, "metric '", name, "' has no points in epoch ", epoch);
+  return sum / static_cast<double>(count);
+}
+
+std::vector<std::string> MetricHistory::names() const {
+  std::vector<std::string> result;
+  for (const auto& series : series_) {
+    if (!series.points.empty()) result.push_back(series.name);
+  }
+  return result;
+}
+
+void MetricHistory::clear() noexcept { series_.clear(); }
+
+void MetricHistory::set_series(std::string_view name, std::vector<MetricPoint> points) {
+  auto& series = series_for(name);
+  series.pending.clear();
+  series.points = std::move(points);
+}
+
+}  // namespace torchbus

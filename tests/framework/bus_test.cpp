@@ -1,0 +1,245 @@
+#include <boost/test/unit_test.hpp>
+#include <torchbus/torchbus.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace torchbus;
+
+namespace {
+/// Message of the torchbus::Error thrown by `action`, or "" when none is thrown.
+template <typename Action>
+std::string error_message(Action&& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bus)
+
+BOOST_AUTO_TEST_CASE(emission_order_follows_priority_then_registration) {
+  EventBus bus;
+  State state;
+  std::vector<std::string> order;
+  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p5-a"); }, 5);
+  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p0-a"); });
+  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p-3"); }, -3);
+  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p5-b"); }, 5);
+  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p0-b"); });
+  bus.emit(Event::StepEnd, state);
+  const std::vector<std::string> expected{"p-3", "p0-a", "p0-b", "p5-a", "p5-b"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(emitting_without_subscribers_does_nothing) {
+  EventBus bus;
+  State state;
+  BOOST_TEST(bus.subscriber_count(Event::BatchEnd) == 0u);
+  bus.emit(Event::BatchEnd, state);  // must not throw or touch anything
+  BOOST_TEST(state.step == 0);
+}
+
+BOOST_AUTO_TEST_CASE(every_counts_from_state_counters_on_several_events) {
+  EventBus bus;
+  State state;
+  std::vector<std::int64_t> steps, batches, epochs;
+  bus.on(Event::StepEnd, every(3), [&](State& s) { steps.push_back(s.step); });
+  bus.on(Event::BatchEnd, every(4), [&](State& s) { batches.push_back(s.global_batch); });
+  bus.on(Event::EpochEnd, every(2), [&](State& s) { epochs.push_back(s.epoch); });
+  for (state.epoch = 0; state.epoch < 4; ++state.epoch) {
+    for (int i = 0; i < 3; ++i) {
+      bus.emit(Event::BatchEnd, state);
+      ++state.global_batch;
+      ++state.step;
+      bus.emit(Event::StepEnd, state);
+    }
+    bus.emit(Event::EpochEnd, state);
+  }
+  BOOST_TEST(steps == (std::vector<std::int64_t>{3, 6, 9, 12}), boost::test_tools::per_element());
+  // global_batch is 0-based: occurrences 4, 8, 12 are batch indices 3, 7, 11.
+  BOOST_TEST(batches == (std::vector<std::int64_t>{3, 7, 11}), boost::test_tools::per_element());
+  BOOST_TEST(epochs == (std::vector<std::int64_t>{1, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(every_resumes_identically_from_restored_counters) {
+  EventBus bus;
+  State state;
+  std::vector<std::int64_t> steps;
+  bus.on(Event::StepEnd, every(5), [&](State& s) { steps.push_back(s.step); });
+  state.step = 7;  // as if restored from a checkpoint
+  for (int i = 0; i < 6; ++i) {
+    ++state.step;
+    bus.emit(Event::StepEnd, state);
+  }
+  BOOST_TEST(steps == (std::vector<std::int64_t>{10}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(once_and_when_filters) {
+  EventBus bus;
+  State state;
+  std::vector<std::int64_t> once_steps, when_steps;
+  int action_starts = 0;
+  bus.on(Event::StepStart, once(2), [&](State& s) { once_steps.push_back(s.step); });
+  bus.on(Event::StepEnd, when([](const State& s) { return s.step > 3; }),
+         [&](State& s) { when_steps.push_back(s.step); });
+  bus.on(Event::ActionStart, once(2), [&](State&) { ++action_starts; });
+  for (int i = 0; i < 5; ++i) {
+    bus.emit(Event::StepStart, state);
+    ++state.step;
+    bus.emit(Event::StepEnd, state);
+  }
+  for (int i = 0; i < 3; ++i) bus.emit(Event::ActionStart, state);
+  BOOST_TEST(once_steps == (std::vector<std::int64_t>{1}), boost::test_tools::per_element());
+  BOOST_TEST(when_steps == (std::vector<std::int64_t>{4, 5}), boost::test_tools::per_element());
+  BOOST_TEST(action_starts == 1);  // ActionStart has no counter: the filter counts its own calls
+}
+
+BOOST_AUTO_TEST_CASE(bad_filters_are_config_errors) {
+  BOOST_TEST(contains(error_message([] { every(0); }), "every(n) needs n >= 1"));
+  BOOST_TEST(contains(error_message([] { once(-2); }), "got -2"));
+  BOOST_CHECK_THROW(when(nullptr), ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(disconnect_through_handle_and_scope_exit) {
+  EventBus bus;
+  State state;
+  int plain = 0, scoped = 0;
+  Connection connection = bus.on(Event::EpochStart, [&](State&) { ++plain; });
+  {
+    ScopedConnection guard = bus.on(Event::EpochStart, [&](State&) { ++scoped; });
+    BOOST_TEST(bus.subscriber_count(Event::EpochStart) == 2u);
+    bus.emit(Event::EpochStart, state);
+  }
+  BOOST_TEST(bus.subscriber_count(Event::EpochStart) == 1u);
+  bus.emit(Event::EpochStart, state);
+  connection.disconnect();
+  connection.disconnect();  // idempotent: the count must not go below zero
+  BOOST_TEST(!connection.connected());
+  BOOST_TEST(bus.subscriber_count(Event::EpochStart) == 0u);
+  bus.emit(Event::EpochStart, state);
+  BOOST_TEST(plain == 2);
+  BOOST_TEST(scoped == 1);
+}
+
+BOOST_AUTO_TEST_CASE(moved_scoped_connection_disconnects_once) {
+  EventBus bus;
+  State state;
+  int calls = 0;
+  ScopedConnection outer;
+  {
+    ScopedConnection inner = bus.on(Event::StepEnd, [&](State&) { ++calls; });
+    outer = std::move(inner);
+  }
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == 1);
+  Connection released = outer.release();
+  BOOST_TEST(released.connected());
+}
+
+BOOST_AUTO_TEST_CASE(connect_and_disconnect_during_emission) {
+  EventBus bus;
+  State state;
+  std::vector<std::string> calls;
+  Connection late;
+  Connection victim;
+  bus.on(Event::StepEnd, [&](State&) {
+    calls.emplace_back("first");
+    if (!late.connected()) late = bus.on(Event::StepEnd, [&](State&) { calls.emplace_back("late"); });
+    victim.disconnect();
+  });
+  victim = bus.on(Event::StepEnd, [&](State&) { calls.emplace_back("victim"); });
+  bus.emit(Event::StepEnd, state);
+  // Signals2: a slot connected during an emission is not called by it; a disconnected slot that was
+  // not yet called is skipped.
+  BOOST_TEST(calls == (std::vector<std::string>{"first"}), boost::test_tools::per_element());
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == (std::vector<std::string>{"first", "first", "late"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(custom_events_by_name_and_by_id) {
+  EventBus bus;
+  State state;
+  const CustomEvent verified = bus.register_event("batch_verified");
+  int by_id = 0, by_name = 0, filtered = 0;
+  bus.on(verified, [&](State&) { ++by_id; });
+  bus.on("batch_verified", [&](State&) { ++by_name; });
+  bus.on(verified, every(2), [&](State&) { ++filtered; });
+  BOOST_TEST(bus.custom_event("batch_verified").id == verified.id);
+  BOOST_TEST(bus.name_of(verified) == "batch_verified");
+  bus.emit(verified, state);
+  bus.emit("batch_verified", state);
+  bus.emit("batch_verified", state);
+  BOOST_TEST(by_id == 3);
+  BOOST_TEST(by_name == 3);
+  BOOST_TEST(filtered == 1);
+  BOOST_TEST(bus.subscriber_count(verified) == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_custom_events_are_config_errors) {
+  EventBus bus;
+  State state;
+  bus.register_event("alpha");
+  BOOST_TEST(contains(error_message([&] { bus.register_event("alpha"); }), "already registered"));
+  BOOST_TEST(contains(error_message([&] { bus.register_event("StepEnd"); }), "built-in event"));
+  const auto unknown = error_message([&] { bus.emit("beta", state); });
+  BOOST_TEST(contains(unknown, "unknown custom event 'beta'"));
+  BOOST_TEST(contains(unknown, "registered custom events: alpha"));
+  BOOST_CHECK_THROW(bus.on("gamma", [](State&) {}), ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(slot_that_throws_propagates_and_stops_later_slots) {
+  EventBus bus;
+  State state;
+  int later = 0;
+  bus.on(Event::BatchEnd, [](State&) { throw DataError("bad batch"); });
+  bus.on(Event::BatchEnd, [&](State&) { ++later; });
+  BOOST_CHECK_THROW(bus.emit(Event::BatchEnd, state), DataError);
+  BOOST_TEST(later == 0);
+}
+
+BOOST_AUTO_TEST_CASE(guarded_emission_runs_every_slot_and_logs_errors) {
+  EventBus bus;
+  State state;
+  int later = 0;
+  bus.on(Event::Exception, [](State&) { throw std::runtime_error("broken handler"); });
+  bus.on(Event::Exception, [&](State&) { ++later; });
+  BOOST_CHECK_NO_THROW(bus.emit_guarded(Event::Exception, state));
+  BOOST_TEST(later == 1);
+  // The guard is lifted afterwards: a normal emission throws again.
+  BOOST_CHECK_THROW(bus.emit(Event::Exception, state), std::runtime_error);
+}
+
+BOOST_AUTO_TEST_CASE(stop_training_lets_the_other_slots_run_then_propagates) {
+  EventBus bus;
+  State state;
+  int later = 0;
+  bus.on(Event::EpochEnd, [](State&) { throw StopTraining("patience exhausted"); });
+  bus.on(Event::EpochEnd, [&](State&) { ++later; });
+  try {
+    bus.emit(Event::EpochEnd, state);
+    BOOST_FAIL("StopTraining was not rethrown");
+  } catch (const StopTraining& stop) {
+    BOOST_TEST(stop.reason() == "patience exhausted");
+  }
+  BOOST_TEST(later == 1);
+}
+
+BOOST_AUTO_TEST_CASE(emit_by_builtin_name) {
+  EventBus bus;
+  State state;
+  int calls = 0;
+  bus.on("step_end", [&](State&) { ++calls; });
+  bus.emit(Event::StepEnd, state);
+  bus.emit("StepEnd", state);
+  BOOST_TEST(calls == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
