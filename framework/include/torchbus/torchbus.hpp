@@ -16,3 +16,6 @@
 #include <torchbus/state.hpp>
 #include <torchbus/subscription.hpp>
 #include <torchbus/tensor_store.hpp>
+#include <torchbus/trainer.hpp>
+#include <torchbus/trainer_options.hpp>
+#include <torchbus/batch_source.hpp>

@@ -1,0 +1,67 @@
+#pragma once
+
+/// \file
+/// Where batches come from: any range of batches, adapted to one small interface.
+
+#include <torch/data/example.h>
+
+#include <iterator>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace torchbus {
+
+/// One batch: inputs and targets (LibTorch's `torch::data::Example<>`).
+using Batch = torch::data::Example<>;
+
+/// A resettable stream of batches; one pass is one epoch.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  /// Starts a new pass over the data.
+  virtual void start_epoch() = 0;
+  /// Writes the next batch into `batch`; returns false at the end of the pass.
+  virtual bool next(Batch& batch) = 0;
+};
+
+namespace detail {
+/// Stacks unstacked examples (a `torch::data` loader without the Stack transform).
+Batch stack_examples(const std::vector<Batch>& examples);
+
+inline Batch to_batch(const Batch& batch) { return batch; }
+inline Batch to_batch(const std::vector<Batch>& examples) { return stack_examples(examples); }
+inline Batch to_batch(const std::pair<at::Tensor, at::Tensor>& pair) {
+  return Batch(pair.first, pair.second);
+}
+}  // namespace detail
+
+/// A BatchSource over any range whose elements are `Example<>`, `std::vector<Example<>>` or
+/// `std::pair<Tensor, Tensor>`: a `torch::data` data loader, a `std::vector` of batches, ...
+template <typename Range>
+class RangeSource final : public BatchSource {
+ public:
+  /// Reads from `range`, which must outlive this source.
+  explicit RangeSource(Range& range) : range_(range) {}
+
+  void start_epoch() override {
+    end_.reset();
+    current_.reset();
+    current_.emplace(std::begin(range_));
+    end_.emplace(std::end(range_));
+  }
+
+  bool next(Batch& batch) override {
+    if (!current_ || *current_ == *end_) return false;
+    batch = detail::to_batch(**current_);
+    ++*current_;
+    return true;
+  }
+
+ private:
+  Range& range_;
+  std::optional<decltype(std::begin(std::declval<Range&>()))> current_;
+  std::optional<decltype(std::end(std::declval<Range&>()))> end_;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,171 @@
+#pragma once
+
+/// \file
+/// Trainer: the training and evaluation loop that publishes the event protocol.
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torchbus/batch_source.hpp>
+#include <torchbus/bus.hpp>
+#include <torchbus/trainer_options.hpp>
+
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+namespace torchbus {
+
+namespace detail {
+template <typename Model, typename = void>
+struct IsModuleHolder : std::false_type {};
+template <typename Model>
+struct IsModuleHolder<Model, std::void_t<decltype(std::declval<Model&>().ptr())>> : std::true_type {};
+
+/// The module behind a ModuleHolder (`torch::nn::Linear`, TORCH_MODULE types) or a shared_ptr.
+template <typename Model>
+std::shared_ptr<torch::nn::Module> module_of(const Model& model) {
+  if constexpr (IsModuleHolder<Model>::value) {
+    return model.ptr();
+  } else {
+    return model;
+  }
+}
+}  // namespace detail
+
+/// Runs `fit` and `evaluate` on a LibTorch model and optimizer, publishing every event of
+/// docs/events.md on its bus. Subclass it to override the train, eval or optimizer step; or pass
+/// step functions without subclassing.
+class Trainer {
+ public:
+  /// Computes the loss from the model's output and the batch's target.
+  using LossFunction = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+  /// Runs the model on a batch's inputs.
+  using Forward = std::function<at::Tensor(const at::Tensor& input)>;
+  /// A custom train or eval step: returns the batch's scalar loss.
+  using StepFunction = std::function<at::Tensor(Trainer& trainer, Batch& batch)>;
+
+  /// Trains `model` (a ModuleHolder such as `torch::nn::Sequential`, or a shared_ptr to a module
+  /// with `forward(Tensor)`) with `optimizer`, which must outlive the trainer.
+  template <typename Model>
+  Trainer(Model model, torch::optim::Optimizer& optimizer, LossFunction loss,
+          TrainerOptions options = {})
+      : Trainer(detail::module_of(model),
+                Forward([model](const at::Tensor& input) mutable { return model->forward(input); }),
+                optimizer, std::move(loss), std::move(options)) {}
+
+  /// Trains `module`, whose forward pass is `forward`.
+  Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
+          torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options = {});
+  virtual ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// The bus every event of this trainer is published on.
+  EventBus& bus() noexcept { return bus_; }
+  /// The state passed to every subscriber.
+  State& state() noexcept { return state_; }
+  /// The options the trainer was built with.
+  const TrainerOptions& options() const noexcept { return options_; }
+  /// The model being trained.
+  torch::nn::Module& module() noexcept { return *module_; }
+  /// The optimizer.
+  torch::optim::Optimizer& optimizer() noexcept { return optimizer_; }
+
+  /// Adds a class callback: calls its `on_added(*this)`, then connects its hooks.
+  CallbackConnection add(std::shared_ptr<Callback> callback);
+  /// Connects a subscription made by a decorator helper.
+  Connection add(Subscription subscription) { return bus_.add(std::move(subscription)); }
+  /// Subscribes `slot` to `event`.
+  Connection on(Event event, EventBus::Slot slot, int priority = 0) {
+    return bus_.on(event, std::move(slot), priority);
+  }
+  /// Subscribes `slot` to `event` through `filter`.
+  Connection on(Event event, Filter filter, EventBus::Slot slot, int priority = 0) {
+    return bus_.on(event, std::move(filter), std::move(slot), priority);
+  }
+
+  /// Replaces the default train step (forward, loss) without subclassing.
+  Trainer& set_train_step(StepFunction step);
+  /// Replaces the default eval step without subclassing.
+  Trainer& set_eval_step(StepFunction step);
+
+  /// Trains on `train` (a torch::data loader or any range of batches).
+  template <typename TrainData>
+  void fit(TrainData&& train) {
+    RangeSource<std::remove_reference_t<TrainData>> source(train);
+    fit_sources(source, nullptr);
+  }
+  /// Trains on `train`, validating on `validation` as scheduled by the options.
+  template <typename TrainData, typename ValidationData>
+  void fit(TrainData&& train, ValidationData&& validation) {
+    RangeSource<std::remove_reference_t<TrainData>> train_source(train);
+    RangeSource<std::remove_reference_t<ValidationData>> validation_source(validation);
+    fit_sources(train_source, &validation_source);
+  }
+  /// Trains on `train`, validating on `validation` when it is not null.
+  void fit_sources(BatchSource& train, BatchSource* validation);
+
+  /// Evaluates on `data`; returns the mean loss per sample (also recorded as "val_loss").
+  template <typename Data>
+  double evaluate(Data&& data) {
+    RangeSource<std::remove_reference_t<Data>> source(data);
+    return evaluate_source(source);
+  }
+  /// Evaluates on `data`; returns the mean loss per sample (also recorded as "val_loss").
+  double evaluate_source(BatchSource& data);
+
+  /// Runs the model's forward pass.
+  at::Tensor forward(const at::Tensor& input) { return forward_(input); }
+  /// Applies the loss function.
+  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
+    return loss_(output, target);
+  }
+
+ protected:
+  /// One training batch: returns its scalar loss. The default runs the custom train step if one
+  /// was set, else forward and loss, storing "output", "target" and "loss" in the tensor store.
+  virtual at::Tensor train_step(Batch& batch);
+  /// One evaluation batch (under no_grad): returns its scalar loss, as `train_step`.
+  virtual at::Tensor eval_step(Batch& batch);
+  /// Applies the accumulated gradients: the default calls `optimizer().step()`.
+  virtual void optimizer_step();
+
+ private:
+  at::Tensor forward_and_loss(Batch& batch);
+  void prepare_run();
+  template <typename Body>
+  void run_action(Body&& body);
+  void run_epoch(BatchSource& train, BatchSource* validation);
+  bool fill_window(BatchSource& train);
+  void run_step();
+  void run_batch(Batch& batch);
+  void run_evaluation(BatchSource& data);
+  void clip_gradients();
+  void move_to_device(Batch& batch) const;
+  bool training_finished() const noexcept;
+  bool step_limit_reached() const noexcept;
+
+  void fire(Event event);
+  void open(Event start, Event end);
+  void close();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  Forward forward_;
+  torch::optim::Optimizer& optimizer_;
+  LossFunction loss_;
+  TrainerOptions options_;
+  StepFunction train_step_;
+  StepFunction eval_step_;
+  EventBus bus_;
+  State state_;
+
+  std::vector<at::Tensor> parameters_;  // cached for clipping
+  std::vector<Event> open_ends_;        // End events still owed, innermost last
+  std::vector<Batch> window_;           // the batches of the current step
+  std::size_t window_used_ = 0;
+  at::Tensor window_loss_;              // mean loss of the current step's batches
+  bool window_has_backward_ = false;
+};
+
+}  // namespace torchbus

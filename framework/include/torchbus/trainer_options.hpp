@@ -1,0 +1,42 @@
+#pragma once
+
+/// \file
+/// TrainerOptions: chainable settings of a Trainer, in the style of LibTorch's options structs.
+
+#include <c10/core/Device.h>
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace torchbus {
+
+/// What a Trainer does, e.g. `TrainerOptions().max_epochs(10).accumulate_grad_batches(4)`.
+struct TrainerOptions {
+  /// Epochs to train (-1: no limit, then max_steps must be set).
+  TORCH_ARG(std::int64_t, max_epochs) = 1;
+  /// Optimizer steps to train (-1: no limit).
+  TORCH_ARG(std::int64_t, max_steps) = -1;
+  /// Batches per optimizer step (k): gradients of k batches are averaged before one step.
+  TORCH_ARG(std::int64_t, accumulate_grad_batches) = 1;
+  /// Validate after every n epochs (0: never at epoch end).
+  TORCH_ARG(std::int64_t, val_every_n_epochs) = 1;
+  /// Also validate after every n optimizer steps (0: never).
+  TORCH_ARG(std::int64_t, val_every_n_steps) = 0;
+  /// Device the model and every batch are moved to.
+  TORCH_ARG(c10::Device, device) = c10::Device(c10::kCPU);
+  /// Seed for torch::manual_seed at the start of fit (none: leave the generator alone).
+  TORCH_ARG(std::optional<std::uint64_t>, seed) = std::nullopt;
+  /// Clip the global gradient norm to this value before each optimizer step (0: off).
+  TORCH_ARG(double, gradient_clip_norm) = 0.0;
+  /// Clip every gradient element to [-value, value] before each optimizer step (0: off).
+  TORCH_ARG(double, gradient_clip_value) = 0.0;
+  /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built.
+  TORCH_ARG(bool, use_registered_subscriptions) = true;
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+}  // namespace torchbus

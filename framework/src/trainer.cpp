@@ -1,0 +1,375 @@
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torchbus/control.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/trainer.hpp>
+
+#include <sstream>
+
+namespace torchbus {
+namespace {
+
+/// First line of a LibTorch error, without its backtrace.
+std::string first_line(const c10::Error& error) {
+  std::string message = error.what_without_backtrace();
+  return message.substr(0, message.find('\n'));
+}
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& exception) {
+    return exception.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+
+/// Puts the module back in training or evaluation mode when an evaluation ends, even by an error.
+class ModeGuard {
+ public:
+  explicit ModeGuard(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {}
+  ~ModeGuard() { module_.train(was_training_); }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool was_training_;
+};
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
+                 torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options)
+    : module_(std::move(module)),
+      forward_(std::move(forward)),
+      optimizer_(optimizer),
+      loss_(std::move(loss)),
+      options_(std::move(options)) {
+  TORCHBUS_CHECK(module_ != nullptr, ConfigError, "Trainer needs a model, got a null module");
+  TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError, "Trainer needs a forward function");
+  TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
+                 "Trainer needs a loss function (output, target) -> scalar tensor");
+  options_.validate();
+  open_ends_.reserve(8);
+  if (options_.use_registered_subscriptions()) bus_.add_registered();
+}
+
+Trainer::~Trainer() = default;
+
+CallbackConnection Trainer::add(std::shared_ptr<Callback> callback) {
+  TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
+  callback->on_added(*this);
+  return bus_.add(std::move(callback));
+}
+
+Trainer& Trainer::set_train_step(StepFunction step) {
+  train_step_ = std::move(step);
+  return *this;
+}
+
+Trainer& Trainer::set_eval_step(StepFunction step) {
+  eval_step_ = std::move(step);
+  return *this;
+}
+
+// ---- events -------------------------------------------------------------------------------------
+
+void Trainer::fire(Event event) {
+  try {
+    bus_.emit(event, state_);
+  } catch (const StopTraining& stop) {
+    state_.request_stop(stop.reason());
+  } catch (const CancelBatch&) {
+    TORCHBUS_CHECK(event == Event::BatchStart || event == Event::BeforeBackward ||
+                       event == Event::EvalBatchStart,
+                   ConfigError, "CancelBatch raised at ", to_string(event),
+                   ": a batch can only be cancelled before its backward, at BatchStart, in the "
+                   "train step, at BeforeBackward or at EvalBatchStart");
+    state_.cancelled = true;
+  }
+}
+
+void Trainer::open(Event start, Event end) {
+  open_ends_.push_back(end);  // owed even if a subscriber of `start` throws
+  fire(start);
+}
+
+void Trainer::close() {
+  const Event end = open_ends_.back();
+  open_ends_.pop_back();
+  fire(end);
+}
+
+template <typename Body>
+void Trainer::run_action(Body&& body) {
+  state_.clear_stop();
+  state_.error = nullptr;
+  state_.error_message.clear();
+  open_ends_.clear();
+  try {
+    open(Event::ActionStart, Event::ActionEnd);
+    body();
+    close();
+  } catch (...) {
+    state_.error = std::current_exception();
+    state_.error_message = describe(state_.error);
+    bus_.emit_guarded(Event::Exception, state_);
+    while (!open_ends_.empty()) {
+      const Event end = open_ends_.back();
+      open_ends_.pop_back();
+      bus_.emit_guarded(end, state_);
+    }
+    throw;
+  }
+}
+
+// ---- fit ----------------------------------------------------------------------------------------
+
+void Trainer::prepare_run() {
+  const auto device = options_.device();
+  if (device.is_cuda()) {
+    TORCHBUS_CHECK(torch::cuda::is_available(), ConfigError, "device ", device,
+                   " was requested but CUDA is not available (this LibTorch has no CUDA support "
+                   "or no GPU is visible); use torch::kCPU");
+    TORCHBUS_CHECK(device.index() < static_cast<int>(torch::cuda::device_count()), ConfigError,
+                   "device ", device, " was requested but only ", torch::cuda::device_count(),
+                   " CUDA devices are visible");
+  } else {
+    TORCHBUS_CHECK(device.is_cpu(), ConfigError, "device ", device,
+                   " is not supported; expected cpu or cuda");
+  }
+  module_->to(device);
+  parameters_ = module_->parameters();
+  state_.model = module_.get();
+  state_.optimizer = &optimizer_;
+  state_.device = device;
+  state_.accumulate_grad_batches = options_.accumulate_grad_batches();
+  state_.max_epochs = options_.max_epochs();
+  state_.max_steps = options_.max_steps();
+}
+
+void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
+  options_.validate();
+  prepare_run();
+  if (options_.seed()) torch::manual_seed(*options_.seed());
+  state_.epoch = state_.step = state_.batch_in_epoch = state_.global_batch = 0;
+  state_.window_position = 0;
+  state_.metrics.clear();
+  state_.tensors.clear_all();
+  module_->train();
+  optimizer_.zero_grad();
+  run_action([&] {
+    while (!training_finished()) run_epoch(train, validation);
+  });
+}
+
+bool Trainer::step_limit_reached() const noexcept {
+  return options_.max_steps() >= 0 && state_.step >= options_.max_steps();
+}
+
+bool Trainer::training_finished() const noexcept {
+  return state_.stop_requested() || step_limit_reached() ||
+         (options_.max_epochs() >= 0 && state_.epoch >= options_.max_epochs());
+}
+
+void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
+  state_.batch_in_epoch = 0;
+  state_.training = true;
+  open(Event::EpochStart, Event::EpochEnd);
+  train.start_epoch();
+  bool more = true;
+  while (more && !state_.stop_requested() && !step_limit_reached()) {
+    more = fill_window(train);
+    if (window_used_ == 0) break;
+    run_step();
+    const auto every = options_.val_every_n_steps();
+    if (validation && every > 0 && window_has_backward_ && state_.step % every == 0) {
+      run_evaluation(*validation);
+    }
+  }
+  TORCHBUS_CHECK(state_.batch_in_epoch > 0, DataError, "the training data yielded no batches in epoch ",
+                 state_.epoch, "; expected at least one batch per epoch");
+  if (state_.metrics.contains("train_loss") &&
+      state_.metrics.latest("train_loss").epoch == state_.epoch) {
+    state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
+  }
+  const auto every = options_.val_every_n_epochs();
+  if (validation && every > 0 && !state_.stop_requested() && (state_.epoch + 1) % every == 0) {
+    run_evaluation(*validation);
+  }
+  close();  // EpochEnd
+  state_.tensors.clear(Scope::Epoch);
+  ++state_.epoch;
+}
+
+bool Trainer::fill_window(BatchSource& train) {
+  window_used_ = 0;
+  const auto k = static_cast<std::size_t>(options_.accumulate_grad_batches());
+  while (window_used_ < k) {
+    if (window_.size() <= window_used_) window_.emplace_back();
+    if (!train.next(window_[window_used_])) return false;
+    ++window_used_;
+  }
+  return true;
+}
+
+void Trainer::run_step() {
+  state_.window_size = static_cast<std::int64_t>(window_used_);
+  window_has_backward_ = false;
+  window_loss_.reset();
+  open(Event::StepStart, Event::StepEnd);
+  for (std::size_t i = 0; i < window_used_; ++i) {
+    state_.window_position = static_cast<std::int64_t>(i);
+    run_batch(window_[i]);
+    ++state_.batch_in_epoch;
+    ++state_.global_batch;
+  }
+  if (window_has_backward_) {
+    fire(Event::BeforeOptimizerStep);
+    clip_gradients();
+    optimizer_step();
+    fire(Event::AfterOptimizerStep);
+    optimizer_.zero_grad();
+    ++state_.step;
+    state_.tensors.set("loss", window_loss_, Scope::Step);
+    state_.record_metric("train_loss", window_loss_);
+  }
+  close();  // StepEnd
+  state_.tensors.clear(Scope::Step);
+}
+
+void Trainer::run_batch(Batch& batch) {
+  state_.cancelled = false;
+  move_to_device(batch);
+  open(Event::BatchStart, Event::BatchEnd);
+  if (!state_.cancelled) {
+    at::Tensor loss;
+    try {
+      loss = train_step(batch);
+    } catch (const CancelBatch&) {
+      state_.cancelled = true;
+    } catch (const StopTraining& stop) {
+      state_.request_stop(stop.reason());
+      state_.cancelled = true;
+    }
+    if (!state_.cancelled) {
+      TORCHBUS_CHECK(loss.defined() && loss.dim() == 0, DataError,
+                     "the train step must return a scalar (0-dim) loss, got ",
+                     loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor",
+                     "; reduce it, e.g. with .mean()");
+      fire(Event::BeforeBackward);
+    }
+    if (!state_.cancelled) {
+      const auto window = state_.window_size;
+      const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
+      scaled.backward();
+      const auto contribution = scaled.detach();
+      window_loss_ = window_loss_.defined() ? window_loss_ + contribution : contribution;
+      window_has_backward_ = true;
+      fire(Event::AfterBackward);
+    }
+  }
+  close();  // BatchEnd
+  state_.tensors.clear(Scope::Batch);
+}
+
+void Trainer::clip_gradients() {
+  if (options_.gradient_clip_norm() > 0.0) {
+    torch::nn::utils::clip_grad_norm_(parameters_, options_.gradient_clip_norm());
+  } else if (options_.gradient_clip_value() > 0.0) {
+    torch::nn::utils::clip_grad_value_(parameters_, options_.gradient_clip_value());
+  }
+}
+
+void Trainer::move_to_device(Batch& batch) const {
+  if (batch.data.defined() && batch.data.device() != state_.device) {
+    batch.data = batch.data.to(state_.device);
+  }
+  if (batch.target.defined() && batch.target.device() != state_.device) {
+    batch.target = batch.target.to(state_.device);
+  }
+}
+
+// ---- steps --------------------------------------------------------------------------------------
+
+at::Tensor Trainer::forward_and_loss(Batch& batch) {
+  at::Tensor output;
+  try {
+    output = forward_(batch.data);
+  } catch (const c10::Error& error) {
+    throw DataError(detail::concat("the model's forward failed on an input of shape ",
+                                   batch.data.sizes(), ": ", first_line(error)));
+  }
+  at::Tensor loss;
+  try {
+    loss = loss_(output, batch.target);
+  } catch (const c10::Error& error) {
+    throw DataError(detail::concat("the loss failed on output of shape ", output.sizes(),
+                                   " and target of shape ", batch.target.sizes(), ": ",
+                                   first_line(error),
+                                   " (expected a target that fits the model's output)"));
+  }
+  state_.tensors.set("output", output);
+  state_.tensors.set("target", batch.target);
+  state_.tensors.set("loss", loss);
+  return loss;
+}
+
+at::Tensor Trainer::train_step(Batch& batch) {
+  return train_step_ ? train_step_(*this, batch) : forward_and_loss(batch);
+}
+
+at::Tensor Trainer::eval_step(Batch& batch) {
+  return eval_step_ ? eval_step_(*this, batch) : forward_and_loss(batch);
+}
+
+void Trainer::optimizer_step() { optimizer_.step(); }
+
+// ---- evaluation ---------------------------------------------------------------------------------
+
+double Trainer::evaluate_source(BatchSource& data) {
+  prepare_run();
+  run_action([&] { run_evaluation(data); });
+  return state_.metrics.latest("val_loss").value;
+}
+
+void Trainer::run_evaluation(BatchSource& data) {
+  torch::NoGradGuard no_grad;
+  ModeGuard mode(*module_);
+  module_->eval();
+  state_.training = false;
+  open(Event::EvalStart, Event::EvalEnd);
+  data.start_epoch();
+  state_.eval_batch = 0;
+  at::Tensor loss_sum;
+  std::int64_t samples = 0;
+  Batch batch;
+  while (data.next(batch)) {
+    state_.cancelled = false;
+    move_to_device(batch);
+    open(Event::EvalBatchStart, Event::EvalBatchEnd);
+    if (!state_.cancelled) {
+      const auto loss = eval_step(batch);
+      TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError,
+                     "the eval step must return a scalar loss, got ",
+                     loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor");
+      const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
+      const auto weighted = loss.detach().reshape({}) * static_cast<double>(size);
+      loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
+      samples += size;
+    }
+    close();  // EvalBatchEnd
+    state_.tensors.clear(Scope::Batch);
+    ++state_.eval_batch;
+  }
+  TORCHBUS_CHECK(state_.eval_batch > 0, DataError,
+                 "the evaluation data yielded no batches; expected at least one batch");
+  if (samples > 0) state_.record_metric("val_loss", loss_sum / static_cast<double>(samples));
+  close();  // EvalEnd
+  state_.training = true;
+}
+
+}  // namespace torchbus

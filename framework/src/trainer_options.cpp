@@ -1,0 +1,34 @@
+#include <torchbus/error.hpp>
+#include <torchbus/trainer_options.hpp>
+
+namespace torchbus {
+
+void TrainerOptions::validate() const {
+  TORCHBUS_CHECK(accumulate_grad_batches_ >= 1, ConfigError,
+                 "accumulate_grad_batches must be >= 1 (batches per optimizer step), got ",
+                 accumulate_grad_batches_);
+  TORCHBUS_CHECK(max_epochs_ >= -1, ConfigError, "max_epochs must be >= 0, or -1 for no limit, got ",
+                 max_epochs_);
+  TORCHBUS_CHECK(max_steps_ >= -1, ConfigError, "max_steps must be >= 0, or -1 for no limit, got ",
+                 max_steps_);
+  TORCHBUS_CHECK(max_epochs_ != 0 && max_steps_ != 0, ConfigError,
+                 "max_epochs is ", max_epochs_, " and max_steps is ", max_steps_,
+                 ": the run ends at the first limit reached, so a 0 trains nothing; expected "
+                 "limits above 0, or -1 for no limit");
+  TORCHBUS_CHECK(!(max_epochs_ == -1 && max_steps_ == -1), ConfigError,
+                 "max_epochs and max_steps are both -1 (no limit): the run would never end; "
+                 "set at least one of them");
+  TORCHBUS_CHECK(val_every_n_epochs_ >= 0, ConfigError,
+                 "val_every_n_epochs must be >= 0 (0: never), got ", val_every_n_epochs_);
+  TORCHBUS_CHECK(val_every_n_steps_ >= 0, ConfigError,
+                 "val_every_n_steps must be >= 0 (0: never), got ", val_every_n_steps_);
+  TORCHBUS_CHECK(gradient_clip_norm_ >= 0.0, ConfigError,
+                 "gradient_clip_norm must be >= 0 (0: off), got ", gradient_clip_norm_);
+  TORCHBUS_CHECK(gradient_clip_value_ >= 0.0, ConfigError,
+                 "gradient_clip_value must be >= 0 (0: off), got ", gradient_clip_value_);
+  TORCHBUS_CHECK(gradient_clip_norm_ == 0.0 || gradient_clip_value_ == 0.0, ConfigError,
+                 "choose one of gradient_clip_norm (", gradient_clip_norm_,
+                 ") and gradient_clip_value (", gradient_clip_value_, "), not both");
+}
+
+}  // namespace torchbus

@@ -1,0 +1,59 @@
+#pragma once
+
+// Test support: small deterministic data and models for trainer tests.
+
+#include <torch/torch.h>
+#include <torchbus/torchbus.hpp>
+
+#include <string>
+#include <vector>
+
+namespace torchbus::testing {
+
+/// `count` batches of `batch_size` rows with `features` inputs and class targets in [0, classes).
+inline std::vector<Batch> make_batches(int count, int batch_size, int features = 4, int classes = 3,
+                                       std::uint64_t seed = 7) {
+  torch::manual_seed(seed);
+  std::vector<Batch> batches;
+  for (int i = 0; i < count; ++i) {
+    auto data = torch::randn({batch_size, features});
+    auto target = torch::randint(classes, {batch_size}, torch::kLong);
+    batches.emplace_back(data, target);
+  }
+  return batches;
+}
+
+/// Concatenates groups of `group` consecutive batches into single batches.
+inline std::vector<Batch> merge_batches(const std::vector<Batch>& batches, int group) {
+  std::vector<Batch> merged;
+  for (std::size_t i = 0; i < batches.size(); i += group) {
+    std::vector<at::Tensor> data, target;
+    for (std::size_t j = i; j < i + group && j < batches.size(); ++j) {
+      data.push_back(batches[j].data);
+      target.push_back(batches[j].target);
+    }
+    merged.emplace_back(torch::cat(data), torch::cat(target));
+  }
+  return merged;
+}
+
+/// A small classifier with fixed initial weights.
+inline torch::nn::Sequential make_model(int features = 4, int classes = 3, std::uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(features, 8), torch::nn::ReLU(),
+                               torch::nn::Linear(8, classes));
+}
+
+/// The cross-entropy loss used by most tests.
+inline at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+/// Copies of every parameter of `module`.
+inline std::vector<at::Tensor> snapshot(torch::nn::Module& module) {
+  std::vector<at::Tensor> copies;
+  for (const auto& parameter : module.parameters()) copies.push_back(parameter.detach().clone());
+  return copies;
+}
+
+}  // namespace torchbus::testing

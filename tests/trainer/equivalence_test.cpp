@@ -1,0 +1,127 @@
+// The trainer computes what a hand-written LibTorch loop computes.
+
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+
+BOOST_AUTO_TEST_SUITE(equivalence)
+
+BOOST_AUTO_TEST_CASE(accumulating_four_batches_equals_one_batch_four_times_larger) {
+  auto batches = make_batches(4, 8);
+  auto merged = merge_batches(batches, 4);
+
+  auto accumulated_model = make_model();
+  torch::optim::SGD accumulated_sgd(accumulated_model->parameters(), torch::optim::SGDOptions(0.5));
+  Trainer accumulated(accumulated_model, accumulated_sgd, cross_entropy,
+                      TrainerOptions().accumulate_grad_batches(4).use_registered_subscriptions(false));
+  accumulated.fit(batches);
+
+  auto large_model = make_model();
+  torch::optim::SGD large_sgd(large_model->parameters(), torch::optim::SGDOptions(0.5));
+  Trainer large(large_model, large_sgd, cross_entropy,
+                TrainerOptions().use_registered_subscriptions(false));
+  large.fit(merged);
+
+  BOOST_TEST(accumulated.state().step == 1);
+  BOOST_TEST(large.state().step == 1);
+  const auto a = accumulated_model->parameters();
+  const auto b = large_model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    BOOST_TEST((a[i] - b[i]).abs().max().item<double>() < 1e-6);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(trainer_without_callbacks_equals_a_hand_written_loop_bitwise) {
+  auto batches = make_batches(6, 8);
+  const int epochs = 3;
+
+  auto trained_model = make_model();
+  torch::optim::Adam trained_adam(trained_model->parameters(), torch::optim::AdamOptions(1e-2));
+  Trainer trainer(trained_model, trained_adam, cross_entropy,
+                  TrainerOptions().max_epochs(epochs).use_registered_subscriptions(false));
+  trainer.fit(batches);
+
+  auto hand_model = make_model();
+  torch::optim::Adam hand_adam(hand_model->parameters(), torch::optim::AdamOptions(1e-2));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (const auto& batch : batches) {
+      hand_adam.zero_grad();
+      auto loss = cross_entropy(hand_model->forward(batch.data), batch.target);
+      loss.backward();
+      hand_adam.step();
+    }
+  }
+
+  const auto a = trained_model->parameters();
+  const auto b = hand_model->parameters();
+  BOOST_TEST_REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+  BOOST_TEST(!torch::equal(a[0], make_model()->parameters()[0]));  // training did change weights
+}
+
+BOOST_AUTO_TEST_CASE(clipping_by_norm_bounds_the_global_gradient_norm) {
+  auto batches = make_batches(3, 8);
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, [](const at::Tensor& out, const at::Tensor& target) {
+    return cross_entropy(out, target) * 1000.0;  // large gradients
+  }, TrainerOptions().gradient_clip_norm(0.5).use_registered_subscriptions(false));
+  std::vector<double> norms;
+  trainer.on(Event::AfterOptimizerStep, [&](State& s) {
+    double squared = 0.0;
+    for (const auto& p : s.model->parameters()) squared += p.grad().pow(2).sum().item<double>();
+    norms.push_back(std::sqrt(squared));
+  });
+  trainer.fit(batches);
+  BOOST_TEST(norms.size() == 3u);
+  for (double norm : norms) BOOST_TEST(norm <= 0.5 + 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(clipping_by_value_bounds_every_element) {
+  auto batches = make_batches(2, 8);
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, [](const at::Tensor& out, const at::Tensor& target) {
+    return cross_entropy(out, target) * 1000.0;
+  }, TrainerOptions().gradient_clip_value(0.01).use_registered_subscriptions(false));
+  double largest = 0.0;
+  trainer.on(Event::AfterOptimizerStep, [&](State& s) {
+    for (const auto& p : s.model->parameters()) largest = std::max(largest, p.grad().abs().max().item<double>());
+  });
+  trainer.fit(batches);
+  BOOST_TEST(largest <= 0.01 + 1e-9);
+  BOOST_TEST(largest > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(torch_data_loaders_stacked_and_unstacked) {
+  auto batches = make_batches(1, 12);
+  struct Rows : torch::data::datasets::Dataset<Rows> {
+    at::Tensor data, target;
+    Batch get(std::size_t i) override { return {data[i], target[i]}; }
+    torch::optional<std::size_t> size() const override { return data.size(0); }
+  };
+  Rows rows;
+  rows.data = batches[0].data;
+  rows.target = batches[0].target;
+
+  auto stacked = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      rows.map(torch::data::transforms::Stack<>()), 4);
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  trainer.fit(*stacked);
+  BOOST_TEST(trainer.state().step == 6);
+
+  auto unstacked = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(rows, 4);
+  auto model2 = make_model();
+  torch::optim::SGD sgd2(model2->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer2(model2, sgd2, cross_entropy, TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  trainer2.fit(*unstacked);
+  const auto a = model->parameters();
+  const auto b = model2->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

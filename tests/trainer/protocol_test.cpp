@@ -1,0 +1,278 @@
+// The event sequence a Trainer publishes, checked by a recording callback.
+
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+#include <support/recorder.hpp>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+
+namespace {
+
+// The protocol of docs/events.md, spelled out.
+std::string batch() { return "BatchStart BeforeBackward AfterBackward BatchEnd"; }
+std::string step(int batches) {
+  std::string out = "StepStart";
+  for (int i = 0; i < batches; ++i) out += " " + batch();
+  return out + " BeforeOptimizerStep AfterOptimizerStep StepEnd";
+}
+std::string evaluation(int batches) {
+  std::string out = "EvalStart";
+  for (int i = 0; i < batches; ++i) out += " EvalBatchStart EvalBatchEnd";
+  return out + " EvalEnd";
+}
+std::string join(std::initializer_list<std::string> parts) {
+  std::string out;
+  for (const auto& part : parts) out += (out.empty() || part.empty() ? "" : " ") + part;
+  return out;
+}
+
+struct Run {
+  torch::nn::Sequential model = make_model();
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
+  Trainer trainer;
+  std::shared_ptr<RecordingCallback> recorder = std::make_shared<RecordingCallback>();
+
+  explicit Run(TrainerOptions options)
+      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {
+    trainer.add(recorder);
+  }
+  std::string events() const { return joined(recorder->events); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(protocol)
+
+BOOST_AUTO_TEST_CASE(one_batch_per_step) {
+  Run run(TrainerOptions().max_epochs(2));
+  auto batches = make_batches(3, 4);
+  run.trainer.fit(batches);
+  const auto epoch = join({"EpochStart", step(1), step(1), step(1), "EpochEnd"});
+  BOOST_TEST(run.events() == join({"ActionStart", epoch, epoch, "ActionEnd"}));
+  BOOST_TEST(run.trainer.state().step == 6);
+  BOOST_TEST(run.trainer.state().epoch == 2);
+  BOOST_TEST(run.trainer.state().global_batch == 6);
+}
+
+BOOST_AUTO_TEST_CASE(accumulation_with_a_short_last_window) {
+  Run run(TrainerOptions().accumulate_grad_batches(3));
+  std::vector<std::int64_t> sizes, positions, steps_at_end;
+  run.trainer.on(Event::BatchStart, [&](State& s) {
+    sizes.push_back(s.window_size);
+    positions.push_back(s.window_position);
+  });
+  run.trainer.on(Event::StepEnd, [&](State& s) { steps_at_end.push_back(s.step); });
+  auto batches = make_batches(7, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(3), step(3), step(1),
+                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(sizes == (std::vector<std::int64_t>{3, 3, 3, 3, 3, 3, 1}),
+             boost::test_tools::per_element());
+  BOOST_TEST(positions == (std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 0}),
+             boost::test_tools::per_element());
+  BOOST_TEST(steps_at_end == (std::vector<std::int64_t>{1, 2, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(short_window_gradient_equals_one_batch_of_its_size) {
+  Run run(TrainerOptions().accumulate_grad_batches(3));
+  auto batches = make_batches(4, 5);
+  std::vector<at::Tensor> last_gradients;
+  std::vector<at::Tensor> weights_before_last;
+  run.trainer.on(Event::StepStart, [&](State& s) {
+    if (s.step == 1) weights_before_last = snapshot(*s.model);
+  });
+  run.trainer.on(Event::BeforeOptimizerStep, [&](State& s) {
+    last_gradients.clear();
+    for (const auto& p : s.model->parameters()) last_gradients.push_back(p.grad().clone());
+  });
+  run.trainer.fit(batches);
+  // The window of one batch: its gradient is that batch's full (unscaled) gradient.
+  auto reference = make_model();
+  {
+    torch::NoGradGuard no_grad;
+    auto params = reference->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(weights_before_last[i]);
+  }
+  cross_entropy(reference->forward(batches[3].data), batches[3].target).backward();
+  const auto params = reference->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    BOOST_TEST(torch::allclose(last_gradients[i], params[i].grad(), 1e-6, 1e-7));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(max_steps_reached_mid_epoch) {
+  Run run(TrainerOptions().max_epochs(5).max_steps(2).val_every_n_epochs(0));
+  auto batches = make_batches(5, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.trainer.state().step == 2);
+}
+
+BOOST_AUTO_TEST_CASE(validation_every_second_epoch) {
+  Run run(TrainerOptions().max_epochs(4).val_every_n_epochs(2));
+  auto train = make_batches(2, 4);
+  auto validation = make_batches(3, 4, 4, 3, 99);
+  run.trainer.fit(train, validation);
+  const auto plain = join({"EpochStart", step(1), step(1), "EpochEnd"});
+  const auto validated = join({"EpochStart", step(1), step(1), evaluation(3), "EpochEnd"});
+  BOOST_TEST(run.events() == join({"ActionStart", plain, validated, plain, validated, "ActionEnd"}));
+  const auto& val_loss = run.trainer.state().metrics.series("val_loss");
+  BOOST_TEST(val_loss.size() == 2u);
+  BOOST_TEST(val_loss[0].epoch == 1);
+  BOOST_TEST(val_loss[1].epoch == 3);
+}
+
+BOOST_AUTO_TEST_CASE(validation_every_n_steps) {
+  Run run(TrainerOptions().max_epochs(1).val_every_n_epochs(0).val_every_n_steps(2));
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  run.trainer.fit(train, validation);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), evaluation(1),
+                                   step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
+}
+
+BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
+  Run run{TrainerOptions()};
+  std::vector<bool> cancelled_at_end;
+  run.trainer.on(Event::BatchStart, [](State& s) {
+    if (s.global_batch == 1) throw CancelBatch();
+  });
+  run.trainer.on(Event::BatchEnd, [&](State& s) { cancelled_at_end.push_back(s.cancelled); });
+  auto batches = make_batches(3, 4);
+  run.trainer.fit(batches);
+  // A step whose only batch was cancelled makes no update: no optimizer events, no step counted.
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
+                                   "StepStart BatchStart BatchEnd StepEnd", step(1),
+                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(cancelled_at_end == (std::vector<bool>{false, true, false}),
+             boost::test_tools::per_element());
+  BOOST_TEST(run.trainer.state().step == 2);
+}
+
+BOOST_AUTO_TEST_CASE(cancel_batch_inside_a_window_keeps_the_other_batches) {
+  Run run(TrainerOptions().accumulate_grad_batches(2));
+  run.trainer.set_train_step([](Trainer& trainer, Batch& batch) {
+    if (trainer.state().global_batch == 0) throw CancelBatch();
+    return cross_entropy(trainer.forward(batch.data), batch.target);
+  });
+  auto batches = make_batches(2, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart StepStart BatchStart BatchEnd", batch(),
+                   "BeforeOptimizerStep AfterOptimizerStep StepEnd EpochEnd ActionEnd"}));
+}
+
+BOOST_AUTO_TEST_CASE(stop_training_thrown_from_step_end) {
+  Run run(TrainerOptions().max_epochs(3));
+  int later_subscriber_calls = 0;
+  run.trainer.on(Event::StepEnd, [](State& s) {
+    if (s.step == 2) throw StopTraining("enough");
+  });
+  run.trainer.on(Event::StepEnd, [&](State&) { ++later_subscriber_calls; }, 5);
+  auto batches = make_batches(4, 4);
+  auto validation = make_batches(1, 4);
+  run.trainer.fit(batches, validation);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.trainer.state().stop_reason() == "enough");
+  BOOST_TEST(later_subscriber_calls == 2);  // the other subscribers of StepEnd still ran
+}
+
+BOOST_AUTO_TEST_CASE(request_stop_mid_window_finishes_the_window) {
+  Run run(TrainerOptions().accumulate_grad_batches(3));
+  run.trainer.on(Event::BatchEnd, [](State& s) {
+    if (s.global_batch == 3) s.request_stop("requested");
+  });
+  auto batches = make_batches(9, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(3), step(3), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.trainer.state().step == 2);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_batch_end_fires_exception_then_pending_ends) {
+  Run run{TrainerOptions()};
+  int exceptions = 0;
+  std::string message_seen;
+  run.trainer.on(Event::BatchEnd, [](State& s) {
+    if (s.global_batch == 1) throw std::runtime_error("logger failed");
+  });
+  run.trainer.on(Event::Exception, [&](State& s) {
+    ++exceptions;
+    message_seen = s.error_message;
+    throw std::runtime_error("a failing Exception handler is logged, not recursed into");
+  });
+  auto batches = make_batches(3, 4);
+  BOOST_CHECK_EXCEPTION(run.trainer.fit(batches), std::runtime_error, [](const auto& error) {
+    return std::string(error.what()) == "logger failed";
+  });
+  BOOST_TEST(exceptions == 1);
+  BOOST_TEST(message_seen == "logger failed");
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
+                                   "StepStart", batch(), "Exception StepEnd EpochEnd ActionEnd"}));
+  BOOST_TEST(static_cast<bool>(run.trainer.state().error));
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_the_train_step) {
+  Run run{TrainerOptions()};
+  run.trainer.set_train_step([](Trainer& trainer, Batch& batch) -> at::Tensor {
+    if (trainer.state().global_batch == 1) throw std::logic_error("step broke");
+    return cross_entropy(trainer.forward(batch.data), batch.target);
+  });
+  auto batches = make_batches(3, 4);
+  BOOST_CHECK_THROW(run.trainer.fit(batches), std::logic_error);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
+                                   "StepStart BatchStart Exception BatchEnd StepEnd EpochEnd "
+                                   "ActionEnd"}));
+}
+
+BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
+  Run run{TrainerOptions()};
+  auto data = make_batches(2, 5);
+  const double loss = run.trainer.evaluate(data);
+  BOOST_TEST(run.events() == join({"ActionStart", evaluation(2), "ActionEnd"}));
+  torch::NoGradGuard no_grad;
+  double expected = 0.0;
+  for (const auto& b : data) expected += cross_entropy(run.model->forward(b.data), b.target).item<double>();
+  BOOST_TEST(loss == expected / 2, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(run.model->is_training());  // mode restored after evaluation
+}
+
+BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
+  Run run(TrainerOptions().max_epochs(2).accumulate_grad_batches(2));
+  auto batches = make_batches(4, 4);
+  auto validation = make_batches(1, 4);
+  std::vector<double> step_losses;
+  run.trainer.on(Event::StepEnd, [&](State& s) { step_losses.push_back(s.tensors.get("loss").item<double>()); });
+  run.trainer.fit(batches, validation);
+  const auto& metrics = run.trainer.state().metrics;
+  const auto& per_step = metrics.series("train_loss");
+  BOOST_TEST(per_step.size() == 4u);
+  for (std::size_t i = 0; i < per_step.size(); ++i) {
+    BOOST_TEST(per_step[i].step == static_cast<std::int64_t>(i + 1));
+    BOOST_TEST(per_step[i].value == step_losses[i]);
+  }
+  const auto& per_epoch = metrics.series("train_loss_epoch");
+  BOOST_TEST(per_epoch.size() == 2u);
+  BOOST_TEST(per_epoch[1].value == (step_losses[2] + step_losses[3]) / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(metrics.series("val_loss").size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(tensor_store_scopes_follow_the_loop) {
+  Run run{TrainerOptions()};
+  std::vector<std::string> seen;
+  run.trainer.on(Event::BatchStart, [](State& s) { s.tensors.set("kept", torch::ones({1}), Scope::Epoch); });
+  run.trainer.on(Event::BeforeBackward, [&](State& s) {
+    seen.push_back(s.tensors.contains("output") && s.tensors.contains("target") ? "batch" : "-");
+  });
+  run.trainer.on(Event::StepStart, [&](State& s) {
+    seen.push_back(s.tensors.contains("output") ? "leak" : "clean");
+  });
+  run.trainer.on(Event::EpochEnd, [&](State& s) { seen.push_back(s.tensors.contains("kept") ? "epoch" : "-"); });
+  auto batches = make_batches(2, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(seen == (std::vector<std::string>{"clean", "batch", "clean", "batch", "epoch"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(!run.trainer.state().tensors.contains("kept"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
