@@ -163,7 +163,14 @@ CallbackConnection EventBus::add(std::shared_ptr<Callback> callback) {
 std::vector<Connection> EventBus::add_registered() {
   std::vector<Connection> connections;
   for (const auto& subscription : registered_subscriptions()) {
-    connections.push_back(add(subscription));
+    const auto* custom = std::get_if<std::string>(&subscription.event);
+    const auto& names = channels_->custom_names;
+    if (custom && !find_event(*custom) &&
+        std::find(names.begin(), names.end(), *custom) == names.end()) {
+      pending_registered_.push_back(subscription);  // connected when the event is registered
+    } else {
+      connections.push_back(add(subscription));
+    }
   }
   return connections;
 }
@@ -178,7 +185,13 @@ CustomEvent EventBus::register_event(std::string name) {
   names.push_back(std::move(name));
   channels_->add_signal();
   live_->custom.push_back(0);
-  return CustomEvent{names.size() - 1};
+  const CustomEvent event{names.size() - 1};
+  auto waiting = std::stable_partition(
+      pending_registered_.begin(), pending_registered_.end(),
+      [&](const Subscription& s) { return std::get<std::string>(s.event) != names.back(); });
+  for (auto it = waiting; it != pending_registered_.end(); ++it) add(std::move(*it));
+  pending_registered_.erase(waiting, pending_registered_.end());
+  return event;
 }
 
 CustomEvent EventBus::custom_event(std::string_view name) const {

@@ -28,9 +28,9 @@ std::int64_t occurrence(Event event, const State& state) noexcept {
     case Event::EvalStart:
     case Event::EvalEnd:
     case Event::Exception:
-      return 0;
+      return kNoCounter;
   }
-  return 0;
+  return kNoCounter;
 }
 
 Filter Filter::every(std::int64_t n) {
@@ -56,9 +56,12 @@ Filter Filter::when(Predicate predicate) {
 bool Filter::passes(std::optional<Event> event, const State& state) {
   if (kind_ == Kind::All) return true;
   if (kind_ == Kind::When) return predicate_(state);
-  std::int64_t count = event ? occurrence(*event, state) : 0;
-  if (count == 0) count = ++own_count_;
-  return kind_ == Kind::Every ? count % n_ == 0 : count == n_;
+  std::int64_t count = event ? occurrence(*event, state) : kNoCounter;
+  if (count == kNoCounter) count = ++own_count_;
+  // A step whose batches were all cancelled ends without counting: StepEnd repeats its count.
+  if (count == last_count_) return false;
+  last_count_ = count;
+  return count > 0 && (kind_ == Kind::Every ? count % n_ == 0 : count == n_);
 }
 
 }  // namespace torchbus

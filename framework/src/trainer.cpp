@@ -5,7 +5,7 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
 
-#include <sstream>
+#include <cmath>
 
 namespace torchbus {
 namespace {
@@ -61,6 +61,8 @@ Trainer::~Trainer() = default;
 
 CallbackConnection Trainer::add(std::shared_ptr<Callback> callback) {
   TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
+  TORCHBUS_CHECK(bus_.find_callback(callback->name()) == nullptr, ConfigError, "a callback named '",
+                 callback->name(), "' is already added; names must be unique");
   callback->on_added(*this);
   return bus_.add(std::move(callback));
 }
@@ -105,6 +107,14 @@ void Trainer::close() {
 
 template <typename Body>
 void Trainer::run_action(Body&& body) {
+  TORCHBUS_CHECK(!running_, ConfigError,
+                 "fit() or evaluate() was called while this trainer is already running one; "
+                 "start it from outside its subscribers");
+  running_ = true;
+  struct Finish {
+    bool& running;
+    ~Finish() { running = false; }
+  } finish{running_};
   state_.clear_stop();
   state_.error = nullptr;
   state_.error_message.clear();
@@ -183,15 +193,19 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   bool more = true;
   while (more && !state_.stop_requested() && !step_limit_reached()) {
     more = fill_window(train);
-    if (window_used_ == 0) break;
+    if (window_used_ == 0) {
+      TORCHBUS_CHECK(state_.batch_in_epoch > 0, DataError,
+                     "the training data yielded no batches in epoch ", state_.epoch,
+                     "; expected at least one batch per epoch");
+      break;
+    }
     run_step();
     const auto every = options_.val_every_n_steps();
-    if (validation && every > 0 && window_has_backward_ && state_.step % every == 0) {
+    if (validation && every > 0 && window_has_backward_ && !state_.stop_requested() &&
+        state_.step % every == 0) {
       run_evaluation(*validation);
     }
   }
-  TORCHBUS_CHECK(state_.batch_in_epoch > 0, DataError, "the training data yielded no batches in epoch ",
-                 state_.epoch, "; expected at least one batch per epoch");
   if (state_.metrics.contains("train_loss") &&
       state_.metrics.latest("train_loss").epoch == state_.epoch) {
     state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
@@ -218,6 +232,7 @@ bool Trainer::fill_window(BatchSource& train) {
 
 void Trainer::run_step() {
   state_.window_size = static_cast<std::int64_t>(window_used_);
+  state_.window_position = 0;
   window_has_backward_ = false;
   window_loss_.reset();
   open(Event::StepStart, Event::StepEnd);
@@ -246,22 +261,8 @@ void Trainer::run_batch(Batch& batch) {
   move_to_device(batch);
   open(Event::BatchStart, Event::BatchEnd);
   if (!state_.cancelled) {
-    at::Tensor loss;
-    try {
-      loss = train_step(batch);
-    } catch (const CancelBatch&) {
-      state_.cancelled = true;
-    } catch (const StopTraining& stop) {
-      state_.request_stop(stop.reason());
-      state_.cancelled = true;
-    }
-    if (!state_.cancelled) {
-      TORCHBUS_CHECK(loss.defined() && loss.dim() == 0, DataError,
-                     "the train step must return a scalar (0-dim) loss, got ",
-                     loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor",
-                     "; reduce it, e.g. with .mean()");
-      fire(Event::BeforeBackward);
-    }
+    const auto loss = run_step_function(&Trainer::train_step, batch, "train step");
+    if (!state_.cancelled) fire(Event::BeforeBackward);
     if (!state_.cancelled) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
@@ -294,6 +295,25 @@ void Trainer::move_to_device(Batch& batch) const {
 }
 
 // ---- steps --------------------------------------------------------------------------------------
+
+at::Tensor Trainer::run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch,
+                                      const char* what) {
+  at::Tensor loss;
+  try {
+    loss = (this->*step)(batch);
+  } catch (const CancelBatch&) {
+    state_.cancelled = true;
+  } catch (const StopTraining& stop) {
+    state_.request_stop(stop.reason());
+    state_.cancelled = true;
+  }
+  if (state_.cancelled) return {};
+  TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError, "the ", what,
+                 " must return a scalar loss (one element), got ",
+                 loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor",
+                 "; reduce it, e.g. with .mean()");
+  return loss.dim() == 0 ? loss : loss.reshape({});
+}
 
 at::Tensor Trainer::forward_and_loss(Batch& batch) {
   at::Tensor output;
@@ -332,18 +352,19 @@ void Trainer::optimizer_step() { optimizer_.step(); }
 
 double Trainer::evaluate_source(BatchSource& data) {
   prepare_run();
-  run_action([&] { run_evaluation(data); });
-  return state_.metrics.latest("val_loss").value;
+  at::Tensor mean_loss;
+  run_action([&] { mean_loss = run_evaluation(data); });
+  return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
 }
 
-void Trainer::run_evaluation(BatchSource& data) {
+at::Tensor Trainer::run_evaluation(BatchSource& data) {
   torch::NoGradGuard no_grad;
   ModeGuard mode(*module_);
   module_->eval();
   state_.training = false;
+  state_.eval_batch = 0;
   open(Event::EvalStart, Event::EvalEnd);
   data.start_epoch();
-  state_.eval_batch = 0;
   at::Tensor loss_sum;
   std::int64_t samples = 0;
   Batch batch;
@@ -351,13 +372,11 @@ void Trainer::run_evaluation(BatchSource& data) {
     state_.cancelled = false;
     move_to_device(batch);
     open(Event::EvalBatchStart, Event::EvalBatchEnd);
+    const auto loss =
+        state_.cancelled ? at::Tensor() : run_step_function(&Trainer::eval_step, batch, "eval step");
     if (!state_.cancelled) {
-      const auto loss = eval_step(batch);
-      TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError,
-                     "the eval step must return a scalar loss, got ",
-                     loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor");
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
-      const auto weighted = loss.detach().reshape({}) * static_cast<double>(size);
+      const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
       samples += size;
     }
@@ -367,9 +386,14 @@ void Trainer::run_evaluation(BatchSource& data) {
   }
   TORCHBUS_CHECK(state_.eval_batch > 0, DataError,
                  "the evaluation data yielded no batches; expected at least one batch");
-  if (samples > 0) state_.record_metric("val_loss", loss_sum / static_cast<double>(samples));
+  at::Tensor mean_loss;
+  if (samples > 0) {
+    mean_loss = loss_sum / static_cast<double>(samples);
+    state_.record_metric("val_loss", mean_loss);
+  }
   close();  // EvalEnd
   state_.training = true;
+  return mean_loss;
 }
 
 }  // namespace torchbus

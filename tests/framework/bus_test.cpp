@@ -101,6 +101,20 @@ BOOST_AUTO_TEST_CASE(once_and_when_filters) {
   BOOST_TEST(action_starts == 1);  // ActionStart has no counter: the filter counts its own calls
 }
 
+BOOST_AUTO_TEST_CASE(step_end_of_a_step_that_made_no_update_is_not_a_new_occurrence) {
+  EventBus bus;
+  State state;
+  std::vector<std::int64_t> steps;
+  bus.on(Event::StepEnd, every(1), [&](State& s) { steps.push_back(s.step); });
+  bus.emit(Event::StepEnd, state);  // first window all cancelled: step stays 0
+  ++state.step;
+  bus.emit(Event::StepEnd, state);
+  bus.emit(Event::StepEnd, state);  // next window all cancelled: step stays 1
+  ++state.step;
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(steps == (std::vector<std::int64_t>{1, 2}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(bad_filters_are_config_errors) {
   BOOST_TEST(contains(error_message([] { every(0); }), "every(n) needs n >= 1"));
   BOOST_TEST(contains(error_message([] { once(-2); }), "got -2"));

@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(loss_that_is_not_a_scalar) {
   });
   auto batches = make_batches(2, 4);
   const auto message = message_of<DataError>([&] { setup.trainer->fit(batches); });
-  BOOST_TEST(has(message, "must return a scalar (0-dim) loss, got shape [4]"));
+  BOOST_TEST(has(message, "must return a scalar loss (one element), got shape [4]"));
   BOOST_TEST(setup.events() ==
              "ActionStart EpochStart StepStart BatchStart Exception BatchEnd StepEnd EpochEnd ActionEnd");
 }

@@ -189,6 +189,36 @@ BOOST_AUTO_TEST_CASE(request_stop_mid_window_finishes_the_window) {
   BOOST_TEST(run.trainer.state().step == 2);
 }
 
+BOOST_AUTO_TEST_CASE(stop_requested_at_epoch_start_ends_without_batches) {
+  Run run(TrainerOptions().max_epochs(3));
+  run.trainer.on(Event::EpochStart, [](State& s) {
+    if (s.epoch == 1) s.request_stop("stop before epoch 2");
+  });
+  auto batches = make_batches(2, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1),
+                                   "EpochEnd EpochStart EpochEnd ActionEnd"}));
+}
+
+BOOST_AUTO_TEST_CASE(all_evaluation_batches_cancelled) {
+  Run run{TrainerOptions()};
+  run.trainer.on(Event::EvalBatchStart, [](State&) { throw CancelBatch(); });
+  auto data = make_batches(2, 4);
+  BOOST_TEST(std::isnan(run.trainer.evaluate(data)));
+  BOOST_TEST(run.events() == join({"ActionStart EvalStart EvalBatchStart EvalBatchEnd "
+                                   "EvalBatchStart EvalBatchEnd EvalEnd ActionEnd"}));
+}
+
+BOOST_AUTO_TEST_CASE(fit_from_inside_a_subscriber_is_refused) {
+  Run run{TrainerOptions()};
+  auto batches = make_batches(1, 4);
+  auto nested = run.trainer.on(Event::StepEnd, [&](State&) { run.trainer.fit(batches); });
+  BOOST_CHECK_THROW(run.trainer.fit(batches), ConfigError);
+  nested.disconnect();
+  BOOST_CHECK_NO_THROW(run.trainer.fit(batches));  // the trainer is usable again afterwards
+  BOOST_TEST(run.trainer.state().step == 1);
+}
+
 BOOST_AUTO_TEST_CASE(exception_from_batch_end_fires_exception_then_pending_ends) {
   Run run{TrainerOptions()};
   int exceptions = 0;

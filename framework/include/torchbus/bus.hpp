@@ -67,7 +67,8 @@ class EventBus {
   Connection add(Subscription subscription);
   /// Connects the hooks `callback` overrides at its priority; its name must be unique on this bus.
   CallbackConnection add(std::shared_ptr<Callback> callback);
-  /// Connects every subscription registered with TORCHBUS_SUBSCRIBE.
+  /// Connects every subscription registered with TORCHBUS_SUBSCRIBE; one to a custom event not
+  /// yet registered is connected when `register_event` registers it.
   std::vector<Connection> add_registered();
 
   /// Registers a custom event; throws ConfigError when the name is taken.
@@ -110,6 +111,7 @@ class EventBus {
   std::shared_ptr<detail::LiveCounts> live_;
   std::unique_ptr<detail::Channels> channels_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<Subscription> pending_registered_;  // registered, waiting for their custom event
 };
 
 }  // namespace torchbus

@@ -13,8 +13,12 @@ namespace torchbus {
 
 struct State;
 
+/// What `occurrence` returns for events without a counter.
+inline constexpr std::int64_t kNoCounter = -1;
+
 /// 1-based occurrence number of `event` read from State's counters (so that it is the same after a
-/// resume), or 0 for events that have no counter (action, evaluation, exception and custom events).
+/// resume; 0 at StepEnd before any step completed), or kNoCounter for events that have no counter
+/// (action, evaluation, exception and custom events).
 std::int64_t occurrence(Event event, const State& state) noexcept;
 
 /// Decides whether a subscriber runs at an occurrence of its event. Epoch events count epochs,
@@ -53,6 +57,7 @@ class Filter {
   Kind kind_ = Kind::All;
   std::int64_t n_ = 1;
   std::int64_t own_count_ = 0;
+  std::int64_t last_count_ = kNoCounter;  // the occurrence seen last, never passed twice
   Predicate predicate_;
 };
 

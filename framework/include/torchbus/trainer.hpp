@@ -112,7 +112,8 @@ class Trainer {
     RangeSource<std::remove_reference_t<Data>> source(data);
     return evaluate_source(source);
   }
-  /// Evaluates on `data`; returns the mean loss per sample (also recorded as "val_loss").
+  /// Evaluates on `data`; returns the mean loss per sample (also recorded as "val_loss"), or NaN
+  /// when every batch was cancelled.
   double evaluate_source(BatchSource& data);
 
   /// Runs the model's forward pass.
@@ -140,7 +141,8 @@ class Trainer {
   bool fill_window(BatchSource& train);
   void run_step();
   void run_batch(Batch& batch);
-  void run_evaluation(BatchSource& data);
+  at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
+  at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
   void clip_gradients();
   void move_to_device(Batch& batch) const;
   bool training_finished() const noexcept;
@@ -166,6 +168,7 @@ class Trainer {
   std::size_t window_used_ = 0;
   at::Tensor window_loss_;              // mean loss of the current step's batches
   bool window_has_backward_ = false;
+  bool running_ = false;                // inside fit() or evaluate()
 };
 
 }  // namespace torchbus
