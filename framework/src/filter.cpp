@@ -14,7 +14,7 @@ std::int64_t occurrence(Event event, const State& state) noexcept {
     case Event::AfterOptimizerStep:
       return state.step + 1;
     case Event::StepEnd:
-      return state.step;
+      return state.update_skipped ? 0 : state.step;
     case Event::BatchStart:
     case Event::BeforeBackward:
     case Event::AfterBackward:
@@ -58,9 +58,6 @@ bool Filter::passes(std::optional<Event> event, const State& state) {
   if (kind_ == Kind::When) return predicate_(state);
   std::int64_t count = event ? occurrence(*event, state) : kNoCounter;
   if (count == kNoCounter) count = ++own_count_;
-  // A step whose batches were all cancelled ends without counting: StepEnd repeats its count.
-  if (count == last_count_) return false;
-  last_count_ = count;
   return count > 0 && (kind_ == Kind::Every ? count % n_ == 0 : count == n_);
 }
 

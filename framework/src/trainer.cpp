@@ -88,8 +88,8 @@ void Trainer::fire(Event event) {
     TORCHBUS_CHECK(event == Event::BatchStart || event == Event::BeforeBackward ||
                        event == Event::EvalBatchStart,
                    ConfigError, "CancelBatch raised at ", to_string(event),
-                   ": a batch can only be cancelled before its backward, at BatchStart, in the "
-                   "train step, at BeforeBackward or at EvalBatchStart");
+                   ": a batch can only be cancelled before its backward: at BatchStart, in the "
+                   "train or eval step, at BeforeBackward or at EvalBatchStart");
     state_.cancelled = true;
   }
 }
@@ -105,11 +105,15 @@ void Trainer::close() {
   fire(end);
 }
 
-template <typename Body>
-void Trainer::run_action(Body&& body) {
+void Trainer::ensure_idle() const {
   TORCHBUS_CHECK(!running_, ConfigError,
                  "fit() or evaluate() was called while this trainer is already running one; "
                  "start it from outside its subscribers");
+}
+
+template <typename Body>
+void Trainer::run_action(Body&& body) {
+  ensure_idle();
   running_ = true;
   struct Finish {
     bool& running;
@@ -162,6 +166,7 @@ void Trainer::prepare_run() {
 }
 
 void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
+  ensure_idle();
   options_.validate();
   prepare_run();
   if (options_.seed()) torch::manual_seed(*options_.seed());
@@ -252,7 +257,9 @@ void Trainer::run_step() {
     state_.tensors.set("loss", window_loss_, Scope::Step);
     state_.record_metric("train_loss", window_loss_);
   }
+  state_.update_skipped = !window_has_backward_;
   close();  // StepEnd
+  state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);
 }
 
@@ -351,6 +358,7 @@ void Trainer::optimizer_step() { optimizer_.step(); }
 // ---- evaluation ---------------------------------------------------------------------------------
 
 double Trainer::evaluate_source(BatchSource& data) {
+  ensure_idle();
   prepare_run();
   at::Tensor mean_loss;
   run_action([&] { mean_loss = run_evaluation(data); });

@@ -105,14 +105,24 @@ BOOST_AUTO_TEST_CASE(step_end_of_a_step_that_made_no_update_is_not_a_new_occurre
   EventBus bus;
   State state;
   std::vector<std::int64_t> steps;
+  std::vector<std::int64_t> batches;
   bus.on(Event::StepEnd, every(1), [&](State& s) { steps.push_back(s.step); });
-  bus.emit(Event::StepEnd, state);  // first window all cancelled: step stays 0
+  bus.on(Event::EvalBatchEnd, once(1), [&](State& s) { batches.push_back(s.eval_batch); });
+  state.update_skipped = true;  // first window all cancelled: step stays 0
+  bus.emit(Event::StepEnd, state);
+  state.update_skipped = false;
   ++state.step;
   bus.emit(Event::StepEnd, state);
-  bus.emit(Event::StepEnd, state);  // next window all cancelled: step stays 1
+  state.update_skipped = true;  // next window all cancelled: step stays 1
+  bus.emit(Event::StepEnd, state);
+  state.update_skipped = false;
   ++state.step;
   bus.emit(Event::StepEnd, state);
   BOOST_TEST(steps == (std::vector<std::int64_t>{1, 2}), boost::test_tools::per_element());
+  // Two evaluations of one batch each: the first batch of each passes once(1).
+  bus.emit(Event::EvalBatchEnd, state);
+  bus.emit(Event::EvalBatchEnd, state);
+  BOOST_TEST(batches.size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_filters_are_config_errors) {

@@ -150,6 +150,18 @@ BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
   BOOST_TEST(run.trainer.state().step == 2);
 }
 
+BOOST_AUTO_TEST_CASE(filtered_step_end_ignores_a_step_without_update) {
+  Run run{TrainerOptions()};
+  std::vector<std::int64_t> every_step;
+  run.trainer.on(Event::BatchStart, [](State& s) {
+    if (s.global_batch == 0) throw CancelBatch();
+  });
+  run.trainer.on(Event::StepEnd, every(1), [&](State& s) { every_step.push_back(s.step); });
+  auto batches = make_batches(3, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(every_step == (std::vector<std::int64_t>{1, 2}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(cancel_batch_inside_a_window_keeps_the_other_batches) {
   Run run(TrainerOptions().accumulate_grad_batches(2));
   run.trainer.set_train_step([](Trainer& trainer, Batch& batch) {
@@ -212,8 +224,13 @@ BOOST_AUTO_TEST_CASE(all_evaluation_batches_cancelled) {
 BOOST_AUTO_TEST_CASE(fit_from_inside_a_subscriber_is_refused) {
   Run run{TrainerOptions()};
   auto batches = make_batches(1, 4);
-  auto nested = run.trainer.on(Event::StepEnd, [&](State&) { run.trainer.fit(batches); });
-  BOOST_CHECK_THROW(run.trainer.fit(batches), ConfigError);
+  std::int64_t step_after_refusal = -1;
+  auto nested = run.trainer.on(Event::StepEnd, [&](State& s) {
+    BOOST_CHECK_THROW(run.trainer.fit(batches), ConfigError);
+    step_after_refusal = s.step;  // the refused fit() left the running one untouched
+  });
+  run.trainer.fit(batches);
+  BOOST_TEST(step_after_refusal == 1);
   nested.disconnect();
   BOOST_CHECK_NO_THROW(run.trainer.fit(batches));  // the trainer is usable again afterwards
   BOOST_TEST(run.trainer.state().step == 1);

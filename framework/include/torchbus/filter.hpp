@@ -17,8 +17,8 @@ struct State;
 inline constexpr std::int64_t kNoCounter = -1;
 
 /// 1-based occurrence number of `event` read from State's counters (so that it is the same after a
-/// resume; 0 at StepEnd before any step completed), or kNoCounter for events that have no counter
-/// (action, evaluation, exception and custom events).
+/// resume), 0 (never passes) at the StepEnd of a step that made no update, or kNoCounter for events
+/// that have no counter (action, evaluation, exception and custom events).
 std::int64_t occurrence(Event event, const State& state) noexcept;
 
 /// Decides whether a subscriber runs at an occurrence of its event. Epoch events count epochs,
@@ -57,7 +57,6 @@ class Filter {
   Kind kind_ = Kind::All;
   std::int64_t n_ = 1;
   std::int64_t own_count_ = 0;
-  std::int64_t last_count_ = kNoCounter;  // the occurrence seen last, never passed twice
   Predicate predicate_;
 };
 

@@ -52,6 +52,7 @@ struct State {
 
   // Control.
   bool cancelled = false;      ///< the current batch was cancelled (CancelBatch)
+  bool update_skipped = false; ///< at StepEnd: every batch was cancelled, no optimizer update
   std::exception_ptr error;    ///< the exception escaping the run, set before Exception fires
   std::string error_message;   ///< its what(), for logging
 

@@ -148,6 +148,7 @@ class Trainer {
   bool training_finished() const noexcept;
   bool step_limit_reached() const noexcept;
 
+  void ensure_idle() const;
   void fire(Event event);
   void open(Event start, Event end);
   void close();

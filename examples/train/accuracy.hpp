@@ -1,0 +1,33 @@
+#pragma once
+
+// Classification accuracy of training epochs and evaluations, recorded in the metric history.
+
+#include <torchbus/torchbus.hpp>
+
+namespace train {
+
+/// Counts correct argmax predictions from the "output" and "target" tensors without a host sync
+/// per batch; records "train_accuracy" at EpochEnd and "val_accuracy" at EvalEnd.
+class Accuracy : public torchbus::Callback {
+ public:
+  /// Runs before loggers (priority -100).
+  Accuracy();
+  void on_epoch_start(torchbus::State& state) override;
+  void on_batch_end(torchbus::State& state) override;
+  void on_epoch_end(torchbus::State& state) override;
+  void on_eval_start(torchbus::State& state) override;
+  void on_eval_batch_end(torchbus::State& state) override;
+  void on_eval_end(torchbus::State& state) override;
+
+ private:
+  struct Tally {
+    at::Tensor correct;
+    std::int64_t seen = 0;
+    void reset();
+    void add(const torchbus::State& state);
+    void record(torchbus::State& state, std::string_view name);
+  };
+  Tally train_, eval_;
+};
+
+}  // namespace train

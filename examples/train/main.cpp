@@ -1,0 +1,256 @@
+// torchbus-train: trains a classifier on synthetic data, MNIST or a CSV file with torchbus.
+// Run `torchbus-train --help` for the flags; docs/getting-started.md walks through a run.
+
+#include "accuracy.hpp"
+#include "dataset.hpp"
+#include "model.hpp"
+#include "shuffled_batches.hpp"
+#include "summary.hpp"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torchbus/torchbus.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;
+
+std::atomic<bool> interrupted{false};
+extern "C" void on_sigint(int /*signal*/) { interrupted = true; }
+
+struct Flags {
+  std::string data = "synthetic";
+  std::string model = "auto";
+  std::vector<std::int64_t> hidden = {128, 64};
+  std::int64_t epochs = 5;
+  std::int64_t max_steps = -1;
+  std::int64_t batch_size = 64;
+  std::int64_t accumulate = 1;
+  double lr = 1e-3;
+  std::string optimizer = "adam";
+  std::uint64_t seed = 42;
+  std::int64_t val_every = 1;
+  std::string out = "runs/torchbus-train";
+  int threads = 0;
+  std::int64_t log_every = 50;
+};
+
+/// Accepts integers >= `minimum`, with a message a person can act on.
+CLI::Validator at_least(std::int64_t minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        std::size_t used = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != text.size() || text.empty() || value < minimum) {
+          return "expected an integer >= " + std::to_string(minimum) + ", got '" + text + "'";
+        }
+        return {};
+      },
+      ">=" + std::to_string(minimum));
+}
+
+/// Accepts numbers > 0.
+const CLI::Validator kPositiveNumber(
+    [](std::string& text) -> std::string {
+      std::size_t used = 0;
+      double value = 0;
+      try {
+        value = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      return used == text.size() && value > 0 ? std::string() : "expected a number > 0, got '" + text + "'";
+    },
+    ">0");
+
+void describe_flags(CLI::App& app, Flags& flags) {
+  app.description(
+      "Trains a classifier with torchbus and writes everything under one run directory:\n"
+      "train.log (the log) and summary.json (options, final losses and accuracy, wall time,\n"
+      "samples/s and a SHA-256 of the final parameters, to compare runs bit for bit).\n"
+      "Ctrl-C stops at the next step boundary.");
+  app.add_option("--data", flags.data,
+                 "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
+                 "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
+  app.add_option("--model", flags.model, "auto (cnn for MNIST, else mlp) | mlp | cnn")
+      ->check(CLI::IsMember({"auto", "mlp", "cnn"}));
+  app.add_option("--hidden", flags.hidden, "hidden widths of the MLP, e.g. --hidden 128 64")
+      ->check(at_least(1));
+  app.add_option("--epochs", flags.epochs, "epochs to train")->check(at_least(1));
+  app.add_option("--max-steps", flags.max_steps, "stop after this many optimizer steps (-1: none)")
+      ->check(at_least(-1));
+  app.add_option("--batch-size", flags.batch_size, "samples per batch")->check(at_least(1));
+  app.add_option("--accumulate", flags.accumulate, "batches per optimizer step")
+      ->check(at_least(1));
+  app.add_option("--lr", flags.lr, "learning rate")->check(kPositiveNumber);
+  app.add_option("--optimizer", flags.optimizer, "sgd | adam | adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--seed", flags.seed, "seed of the data, the weights and the shuffling");
+  app.add_option("--val-every", flags.val_every, "validate every N epochs (0: never)")
+      ->check(at_least(0));
+  app.add_option("--out", flags.out, "run directory (created; its summary.json is replaced)");
+  app.add_option("--threads", flags.threads, "intra-op threads (0: LibTorch's default)")
+      ->check(at_least(0));
+  app.add_option("--log-every", flags.log_every, "log the loss every N steps")->check(at_least(1));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Flags& flags,
+                                                        const std::vector<at::Tensor>& parameters) {
+  if (flags.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(parameters,
+                                               torch::optim::SGDOptions(flags.lr).momentum(0.9));
+  }
+  if (flags.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(flags.lr));
+  }
+  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(flags.lr));
+}
+
+torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data) {
+  const bool cnn = flags.model == "cnn" || (flags.model == "auto" && data.images);
+  if (cnn) {
+    TORCHBUS_CHECK(data.images, torchbus::ConfigError, "--model cnn needs image data (--data mnist:DIR)");
+    return train::make_cnn(data.train_inputs.size(2), data.train_inputs.size(3), data.classes);
+  }
+  const auto inputs = data.train_inputs.numel() / data.train_inputs.size(0);
+  return train::make_mlp(inputs, flags.hidden, data.classes);
+}
+
+double latest_or_nan(const torchbus::MetricHistory& metrics, const std::string& name) {
+  return metrics.contains(name) ? metrics.latest(name).value : std::nan("");
+}
+
+/// Sends the torchbus log to the console and to `directory`/train.log.
+void log_to(const fs::path& directory) {
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((directory / "train.log").string(),
+                                                                   /*truncate=*/true);
+  torchbus::logger()->sinks().push_back(file);
+  torchbus::logger()->flush_on(spdlog::level::info);
+}
+
+int run(const Flags& flags) {
+  const fs::path out(flags.out);
+  std::error_code error;
+  fs::create_directories(out, error);
+  TORCHBUS_CHECK(!error && fs::is_directory(out), torchbus::Error, "cannot create the run directory '",
+                 flags.out, "': ", error ? error.message() : "a file of that name exists");
+  fs::remove(out / "summary.json", error);  // a failed run must not look finished
+  {
+    std::ofstream probe(out / "train.log", std::ios::app);
+    TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out, "' is not writable");
+  }
+  log_to(out);
+  auto log = torchbus::logger();
+  if (flags.threads > 0) torch::set_num_threads(flags.threads);
+
+  torch::manual_seed(flags.seed);
+  const auto data = train::load_dataset(flags.data, flags.seed);
+  log->info("data: {}", data.description);
+  auto model = make_model(flags, data);
+  auto optimizer = make_optimizer(flags, model->parameters());
+  const auto options = torchbus::TrainerOptions()
+                           .max_epochs(flags.epochs)
+                           .max_steps(flags.max_steps)
+                           .accumulate_grad_batches(flags.accumulate)
+                           .val_every_n_epochs(flags.val_every)
+                           .seed(flags.seed);
+  torchbus::Trainer trainer(model, *optimizer, [](const at::Tensor& output, const at::Tensor& target) {
+    return torch::nn::functional::cross_entropy(output, target);
+  }, options);
+  trainer.add(std::make_shared<train::Accuracy>());
+
+  std::int64_t samples = 0;
+  trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State& s) {
+    if (!s.cancelled) samples += s.tensors.get("target").size(0);
+  });
+  trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
+    if (interrupted) s.request_stop("interrupted (SIGINT)");
+  });
+  trainer.on(torchbus::Event::StepEnd, torchbus::every(flags.log_every), [&](torchbus::State& s) {
+    log->info("epoch {} step {} loss {:.4f}", s.epoch + 1, s.step, s.tensors.get("loss").item<double>());
+  });
+  trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& s) {
+    log->info("epoch {} done: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
+              s.epoch + 1, latest_or_nan(s.metrics, "train_loss_epoch"),
+              latest_or_nan(s.metrics, "train_accuracy"), latest_or_nan(s.metrics, "val_loss"),
+              latest_or_nan(s.metrics, "val_accuracy"));
+  });
+
+  train::ShuffledBatches train_batches(data.train_inputs, data.train_targets, flags.batch_size,
+                                       /*shuffle=*/true, flags.seed);
+  train::ShuffledBatches validation_batches(data.validation_inputs, data.validation_targets,
+                                            flags.batch_size, /*shuffle=*/false, flags.seed);
+  log->info("training: {} epochs of {} batches of {}, accumulate {}, {} lr {}", flags.epochs,
+            train_batches.batches_per_epoch(), flags.batch_size, flags.accumulate, flags.optimizer,
+            flags.lr);
+  std::signal(SIGINT, on_sigint);
+  const auto start = std::chrono::steady_clock::now();
+  trainer.fit_sources(train_batches, flags.val_every > 0 ? &validation_batches : nullptr);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const auto& state = trainer.state();
+  train::JsonObject options_json;
+  options_json.add("data", flags.data).add("model", flags.model).add("epochs", flags.epochs)
+      .add("max_steps", flags.max_steps).add("batch_size", flags.batch_size)
+      .add("accumulate", flags.accumulate).add("lr", flags.lr).add("optimizer", flags.optimizer)
+      .add("seed", static_cast<std::int64_t>(flags.seed)).add("val_every", flags.val_every)
+      .add("threads", static_cast<std::int64_t>(flags.threads));
+  train::JsonObject summary;
+  summary.add("options", options_json)
+      .add("steps", state.step)
+      .add("epochs", state.epoch)
+      .add("final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch"))
+      .add("final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy"))
+      .add("final_val_loss", latest_or_nan(state.metrics, "val_loss"))
+      .add("final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy"))
+      .add("wall_seconds", seconds)
+      .add("samples_per_second", seconds > 0 ? static_cast<double>(samples) / seconds : 0.0)
+      .add("stop_reason", state.stop_reason())
+      .add("params_sha256", train::parameters_sha256(*model));
+  train::write_file_atomically(out / "summary.json", summary.str() + "\n");
+  log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}; summary in {}", seconds, state.step,
+            latest_or_nan(state.metrics, "val_accuracy"), (out / "summary.json").string());
+  return state.stop_requested() && interrupted ? kExitInterrupted : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"torchbus-train"};
+  Flags flags;
+  describe_flags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    std::cerr << "torchbus-train: " << error.what() << "\nRun 'torchbus-train --help' for usage.\n";
+    return kExitUsage;
+  }
+  try {
+    return run(flags);
+  } catch (const torchbus::ConfigError& error) {
+    std::cerr << "torchbus-train: " << error.what() << "\nRun 'torchbus-train --help' for usage.\n";
+    return kExitUsage;
+  } catch (const std::exception& error) {
+    std::cerr << "torchbus-train: run failed: " << error.what() << "\n";
+    return kExitFailed;
+  }
+}

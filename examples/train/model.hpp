@@ -1,0 +1,19 @@
+#pragma once
+
+// torchbus-train's models: an MLP with configurable widths, a small CNN for images.
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace train {
+
+/// An MLP over flattened inputs: Linear+ReLU per hidden width, then a Linear to `classes`.
+torch::nn::Sequential make_mlp(std::int64_t inputs, const std::vector<std::int64_t>& hidden,
+                               std::int64_t classes);
+
+/// A small CNN for [N, 1, H, W] images: two conv+ReLU+pool blocks, then a Linear to `classes`.
+torch::nn::Sequential make_cnn(std::int64_t height, std::int64_t width, std::int64_t classes);
+
+}  // namespace train

@@ -1,0 +1,41 @@
+#include "shuffled_batches.hpp"
+
+#include <torch/torch.h>
+
+namespace train {
+
+ShuffledBatches::ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size,
+                                 bool shuffle, std::uint64_t seed)
+    : inputs_(std::move(inputs)),
+      targets_(std::move(targets)),
+      batch_size_(batch_size),
+      shuffle_(shuffle),
+      seed_(seed) {}
+
+void ShuffledBatches::start_epoch() {
+  ++epoch_;
+  offset_ = 0;
+  const auto rows = inputs_.size(0);
+  if (shuffle_) {
+    auto generator = at::detail::createCPUGenerator(seed_ + static_cast<std::uint64_t>(epoch_));
+    order_ = at::randperm(rows, generator, at::kLong);
+  } else {
+    order_ = at::arange(rows, at::kLong);
+  }
+}
+
+bool ShuffledBatches::next(torchbus::Batch& batch) {
+  const auto rows = inputs_.size(0);
+  if (offset_ >= rows) return false;
+  const auto indices = order_.slice(0, offset_, std::min(rows, offset_ + batch_size_));
+  batch.data = inputs_.index_select(0, indices);
+  batch.target = targets_.index_select(0, indices);
+  offset_ += batch_size_;
+  return true;
+}
+
+std::int64_t ShuffledBatches::batches_per_epoch() const noexcept {
+  return (inputs_.size(0) + batch_size_ - 1) / batch_size_;
+}
+
+}  // namespace train

@@ -1,0 +1,39 @@
+#pragma once
+
+// summary.json: what a run did, written atomically at its end.
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace train {
+
+/// A flat JSON object built key by key, in insertion order.
+class JsonObject {
+ public:
+  /// Adds a string value.
+  JsonObject& add(const std::string& key, const std::string& value);
+  /// Adds a number (non-finite numbers become null).
+  JsonObject& add(const std::string& key, double value);
+  /// Adds an integer.
+  JsonObject& add(const std::string& key, std::int64_t value);
+  /// Adds a nested object.
+  JsonObject& add(const std::string& key, const JsonObject& value);
+  /// The object as JSON text.
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> members_;  // key, encoded value
+};
+
+/// SHA-256 over every parameter and buffer of `module` (names, shapes, dtypes and bytes), in
+/// registration order: equal for two runs exactly when their final weights are bitwise equal.
+std::string parameters_sha256(const torch::nn::Module& module);
+
+/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace train
