@@ -38,8 +38,9 @@ int main() {
 
   auto batches = toy::batches();
   trainer.fit(batches);
-  std::cout << "hooks connected: StepEnd " << trainer.bus().subscriber_count(torchbus::Event::StepEnd)
-            << ", BatchEnd " << trainer.bus().subscriber_count(torchbus::Event::BatchEnd) << "\n";
+  std::cout << "hooks connected: StepEnd "
+            << trainer.bus().subscriber_count(torchbus::Event::StepEnd) << ", BatchEnd "
+            << trainer.bus().subscriber_count(torchbus::Event::BatchEnd) << "\n";
   std::cout << "recorded " << trainer.state().metrics.series("step_ms").size()
             << " step times, average " << tracker->average_ms() << " ms\n";
   std::cout << "class callback example finished\n";

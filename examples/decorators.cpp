@@ -8,14 +8,19 @@
 
 namespace {
 
-void announce_epoch(torchbus::State& state) { std::cout << "epoch " << state.epoch + 1 << " begins\n"; }
+void announce_epoch(torchbus::State& state) {
+  std::cout << "epoch " << state.epoch + 1 << " begins\n";
+}
 
 void report_loss(torchbus::State& state) {
-  std::cout << "step " << state.step << " loss " << state.tensors.get("loss").item<double>() << "\n";
+  std::cout << "step " << state.step << " loss " << state.tensors.get("loss").item<double>()
+            << "\n";
 }
 
 int lr_checks = 0;
-void check_learning_rate(torchbus::State&) { ++lr_checks; }
+void check_learning_rate(torchbus::State&) {
+  ++lr_checks;
+}
 
 }  // namespace
 

@@ -17,9 +17,12 @@ int main() {
               << "\n";
   });
   // Once, at the first epoch's end; priority -1 runs before the default 0.
-  trainer.on(torchbus::Event::EpochEnd, torchbus::once(1), [](torchbus::State& state) {
-    std::cout << "first epoch done after " << state.step << " steps\n";
-  }, -1);
+  trainer.on(
+      torchbus::Event::EpochEnd, torchbus::once(1),
+      [](torchbus::State& state) {
+        std::cout << "first epoch done after " << state.step << " steps\n";
+      },
+      -1);
   // Only when a condition on the state holds.
   trainer.on(torchbus::Event::EpochEnd,
              torchbus::when([](const torchbus::State& state) { return state.epoch == 2; }),

@@ -21,7 +21,8 @@ class NamedTensorLogger : public torchbus::Callback {
       if (tensor->numel() == 1) {
         std::cout << " " << name << "=" << tensor->item<double>();
       } else {
-        std::cout << " " << name << "=" << tensor->sizes() << " mean " << tensor->mean().item<double>();
+        std::cout << " " << name << "=" << tensor->sizes() << " mean "
+                  << tensor->mean().item<double>();
       }
     }
     std::cout << "\n";
@@ -41,7 +42,8 @@ int main() {
   trainer.set_train_step([](torchbus::Trainer& t, torchbus::Batch& batch) {
     auto logits = t.forward(batch.data);
     auto& tensors = t.state().tensors;
-    tensors.set("confidence", torch::softmax(logits, 1).amax(1).mean().detach(), torchbus::Scope::Step);
+    tensors.set("confidence", torch::softmax(logits, 1).amax(1).mean().detach(),
+                torchbus::Scope::Step);
     tensors.set("logits", logits.detach(), torchbus::Scope::Step);
     return t.compute_loss(logits, batch.target);
   });

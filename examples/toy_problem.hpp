@@ -23,7 +23,8 @@ inline std::vector<torchbus::Batch> batches(int count = 32) {
 
 /// A 2-16-3 MLP.
 inline torch::nn::Sequential model() {
-  return torch::nn::Sequential(torch::nn::Linear(2, 16), torch::nn::ReLU(), torch::nn::Linear(16, 3));
+  return torch::nn::Sequential(torch::nn::Linear(2, 16), torch::nn::ReLU(),
+                               torch::nn::Linear(16, 3));
 }
 
 /// Cross-entropy, the loss of every example.

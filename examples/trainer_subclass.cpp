@@ -10,8 +10,8 @@
 /// steps done at each epoch's end: callbacks every run of this trainer gets by default.
 class MomentumTrainer : public torchbus::Trainer {
  public:
-  MomentumTrainer(torch::nn::Sequential model, torch::optim::SGD& optimizer, double low, double high,
-                  std::int64_t ramp_steps)
+  MomentumTrainer(torch::nn::Sequential model, torch::optim::SGD& optimizer, double low,
+                  double high, std::int64_t ramp_steps)
       : Trainer(model, optimizer, toy::loss, torchbus::TrainerOptions().max_epochs(3)) {
     on(torchbus::Event::StepStart, [&optimizer, low, high, ramp_steps](torchbus::State& state) {
       const double progress = std::min(1.0, static_cast<double>(state.step) / ramp_steps);
@@ -40,7 +40,8 @@ int main() {
   MomentumTrainer trainer(model, optimizer, 0.5, 0.9, 20);
   auto batches = toy::batches();
   trainer.fit(batches);
-  const auto& options = static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options());
+  const auto& options =
+      static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options());
   std::cout << "updates " << trainer.updates_ << ", final momentum " << options.momentum() << "\n";
   std::cout << "epochs recorded " << trainer.state().metrics.series("steps_so_far").size() << "\n";
   std::cout << "trainer subclass example finished\n";

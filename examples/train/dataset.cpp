@@ -26,9 +26,9 @@ Dataset synthetic_dataset(std::int64_t train_size, std::int64_t validation_size,
   std::tie(dataset.train_inputs, dataset.train_targets) = sample(train_size);
   std::tie(dataset.validation_inputs, dataset.validation_targets) = sample(validation_size);
   dataset.classes = classes;
-  dataset.description = concat("synthetic: ", train_size, " train / ", validation_size,
-                               " validation samples, ", features, " features, ", classes,
-                               " classes (seed ", seed, ")");
+  dataset.description =
+      concat("synthetic: ", train_size, " train / ", validation_size, " validation samples, ",
+             features, " features, ", classes, " classes (seed ", seed, ")");
   return dataset;
 }
 

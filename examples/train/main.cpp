@@ -7,10 +7,10 @@
 #include "shuffled_batches.hpp"
 #include "summary.hpp"
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <atomic>
@@ -28,7 +28,9 @@ constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;
 
 std::atomic<bool> interrupted{false};
-extern "C" void on_sigint(int /*signal*/) { interrupted = true; }
+extern "C" void on_sigint(int /*signal*/) {
+  interrupted = true;
+}
 
 struct Flags {
   std::string data = "synthetic";
@@ -76,7 +78,8 @@ const CLI::Validator kPositiveNumber(
       } catch (const std::exception&) {
         used = 0;
       }
-      return used == text.size() && value > 0 ? std::string() : "expected a number > 0, got '" + text + "'";
+      return used == text.size() && value > 0 ? std::string()
+                                              : "expected a number > 0, got '" + text + "'";
     },
     ">0");
 
@@ -86,9 +89,10 @@ void describe_flags(CLI::App& app, Flags& flags) {
       "train.log (the log) and summary.json (options, final losses and accuracy, wall time,\n"
       "samples/s and a SHA-256 of the final parameters, to compare runs bit for bit).\n"
       "Ctrl-C stops at the next step boundary.");
-  app.add_option("--data", flags.data,
-                 "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
-                 "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
+  app.add_option(
+      "--data", flags.data,
+      "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
+      "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
   app.add_option("--model", flags.model, "auto (cnn for MNIST, else mlp) | mlp | cnn")
       ->check(CLI::IsMember({"auto", "mlp", "cnn"}));
   app.add_option("--hidden", flags.hidden, "hidden widths of the MLP, e.g. --hidden 128 64")
@@ -126,7 +130,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Flags& flags,
 torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data) {
   const bool cnn = flags.model == "cnn" || (flags.model == "auto" && data.images);
   if (cnn) {
-    TORCHBUS_CHECK(data.images, torchbus::ConfigError, "--model cnn needs image data (--data mnist:DIR)");
+    TORCHBUS_CHECK(data.images, torchbus::ConfigError,
+                   "--model cnn needs image data (--data mnist:DIR)");
     return train::make_cnn(data.train_inputs.size(2), data.train_inputs.size(3), data.classes);
   }
   const auto inputs = data.train_inputs.numel() / data.train_inputs.size(0);
@@ -139,8 +144,9 @@ double latest_or_nan(const torchbus::MetricHistory& metrics, const std::string& 
 
 /// Sends the torchbus log to the console and to `directory`/train.log.
 void log_to(const fs::path& directory) {
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((directory / "train.log").string(),
-                                                                   /*truncate=*/true);
+  auto file =
+      std::make_shared<spdlog::sinks::basic_file_sink_mt>((directory / "train.log").string(),
+                                                          /*truncate=*/true);
   torchbus::logger()->sinks().push_back(file);
   torchbus::logger()->flush_on(spdlog::level::info);
 }
@@ -149,12 +155,14 @@ int run(const Flags& flags) {
   const fs::path out(flags.out);
   std::error_code error;
   fs::create_directories(out, error);
-  TORCHBUS_CHECK(!error && fs::is_directory(out), torchbus::Error, "cannot create the run directory '",
-                 flags.out, "': ", error ? error.message() : "a file of that name exists");
+  TORCHBUS_CHECK(!error && fs::is_directory(out), torchbus::Error,
+                 "cannot create the run directory '", flags.out,
+                 "': ", error ? error.message() : "a file of that name exists");
   fs::remove(out / "summary.json", error);  // a failed run must not look finished
   {
     std::ofstream probe(out / "train.log", std::ios::app);
-    TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out, "' is not writable");
+    TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
+                   "' is not writable");
   }
   log_to(out);
   auto log = torchbus::logger();
@@ -171,9 +179,12 @@ int run(const Flags& flags) {
                            .accumulate_grad_batches(flags.accumulate)
                            .val_every_n_epochs(flags.val_every)
                            .seed(flags.seed);
-  torchbus::Trainer trainer(model, *optimizer, [](const at::Tensor& output, const at::Tensor& target) {
-    return torch::nn::functional::cross_entropy(output, target);
-  }, options);
+  torchbus::Trainer trainer(
+      model, *optimizer,
+      [](const at::Tensor& output, const at::Tensor& target) {
+        return torch::nn::functional::cross_entropy(output, target);
+      },
+      options);
   trainer.add(std::make_shared<train::Accuracy>());
 
   std::int64_t samples = 0;
@@ -184,7 +195,8 @@ int run(const Flags& flags) {
     if (interrupted) s.request_stop("interrupted (SIGINT)");
   });
   trainer.on(torchbus::Event::StepEnd, torchbus::every(flags.log_every), [&](torchbus::State& s) {
-    log->info("epoch {} step {} loss {:.4f}", s.epoch + 1, s.step, s.tensors.get("loss").item<double>());
+    log->info("epoch {} step {} loss {:.4f}", s.epoch + 1, s.step,
+              s.tensors.get("loss").item<double>());
   });
   trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& s) {
     log->info("epoch {} done: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
@@ -203,14 +215,21 @@ int run(const Flags& flags) {
   std::signal(SIGINT, on_sigint);
   const auto start = std::chrono::steady_clock::now();
   trainer.fit_sources(train_batches, flags.val_every > 0 ? &validation_batches : nullptr);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const auto& state = trainer.state();
   train::JsonObject options_json;
-  options_json.add("data", flags.data).add("model", flags.model).add("epochs", flags.epochs)
-      .add("max_steps", flags.max_steps).add("batch_size", flags.batch_size)
-      .add("accumulate", flags.accumulate).add("lr", flags.lr).add("optimizer", flags.optimizer)
-      .add("seed", static_cast<std::int64_t>(flags.seed)).add("val_every", flags.val_every)
+  options_json.add("data", flags.data)
+      .add("model", flags.model)
+      .add("epochs", flags.epochs)
+      .add("max_steps", flags.max_steps)
+      .add("batch_size", flags.batch_size)
+      .add("accumulate", flags.accumulate)
+      .add("lr", flags.lr)
+      .add("optimizer", flags.optimizer)
+      .add("seed", static_cast<std::int64_t>(flags.seed))
+      .add("val_every", flags.val_every)
       .add("threads", static_cast<std::int64_t>(flags.threads));
   train::JsonObject summary;
   summary.add("options", options_json)

@@ -1,6 +1,6 @@
+#include <spdlog/spdlog.h>
 #include <boost/signals2/dummy_mutex.hpp>
 #include <boost/signals2/signal_type.hpp>
-#include <spdlog/spdlog.h>
 #include <torchbus/bus.hpp>
 #include <torchbus/control.hpp>
 #include <torchbus/decorators.hpp>
@@ -66,7 +66,8 @@ struct Channels {
 }  // namespace detail
 
 EventBus::EventBus()
-    : live_(std::make_shared<detail::LiveCounts>()), channels_(std::make_unique<detail::Channels>()) {
+    : live_(std::make_shared<detail::LiveCounts>()),
+      channels_(std::make_unique<detail::Channels>()) {
   for (std::size_t i = 0; i < kEventCount; ++i) channels_->add_signal();
 }
 
@@ -74,7 +75,8 @@ EventBus::~EventBus() = default;
 
 namespace {
 template <typename Function>
-boost::signals2::connection connect_slot(detail::Signal& signal, int priority, Function&& function) {
+boost::signals2::connection connect_slot(detail::Signal& signal, int priority,
+                                         Function&& function) {
   return signal.connect(priority, std::forward<Function>(function), boost::signals2::at_back);
 }
 }  // namespace
@@ -90,7 +92,8 @@ Connection EventBus::connect(std::size_t channel, std::optional<Event> event, Fi
                              Slot slot, int priority) {
   if (filter.passes_everything()) return connect(channel, std::move(slot), priority);
   TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
-  Slot filtered = [filter = std::move(filter), slot = std::move(slot), event](State& state) mutable {
+  Slot filtered = [filter = std::move(filter), slot = std::move(slot),
+                   event](State& state) mutable {
     if (filter.passes(event, state)) slot(state);
   };
   return connect(channel, std::move(filtered), priority);
@@ -122,7 +125,8 @@ Connection EventBus::on(std::string_view name, Slot slot, int priority) {
 
 Connection EventBus::on(std::string_view name, Filter filter, Slot slot, int priority) {
   const auto channel = channel_of(name);
-  const auto event = channel < kEventCount ? std::optional(static_cast<Event>(channel)) : std::nullopt;
+  const auto event =
+      channel < kEventCount ? std::optional(static_cast<Event>(channel)) : std::nullopt;
   return connect(channel, event, std::move(filter), std::move(slot), priority);
 }
 
@@ -145,14 +149,14 @@ CallbackConnection EventBus::add(std::shared_ptr<Callback> callback) {
   std::vector<Connection> connections;
   auto& signals = channels_->signals;
   const int priority = callback->priority();
-#define TORCHBUS_CONNECT_HOOK(Name, name)                                                          \
-  if (hooks.test(index_of(Event::Name))) {                                                         \
-    auto connection = connect_slot(*signals[index_of(Event::Name)], priority,                      \
-                                   [target = callback.get()](State& state) {                       \
-                                     if (target->runs_on(state.rank)) target->on_##name(state);    \
-                                   });                                                             \
-    ++(*live_)[index_of(Event::Name)];                                                             \
-    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));                 \
+#define TORCHBUS_CONNECT_HOOK(Name, name)                                                       \
+  if (hooks.test(index_of(Event::Name))) {                                                      \
+    auto connection = connect_slot(*signals[index_of(Event::Name)], priority,                   \
+                                   [target = callback.get()](State& state) {                    \
+                                     if (target->runs_on(state.rank)) target->on_##name(state); \
+                                   });                                                          \
+    ++(*live_)[index_of(Event::Name)];                                                          \
+    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));              \
   }
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_CONNECT_HOOK)
 #undef TORCHBUS_CONNECT_HOOK
@@ -223,7 +227,9 @@ void EventBus::emit(std::string_view name, State& state) {
   if ((*live_)[channel] != 0) dispatch(channel, state);
 }
 
-void EventBus::dispatch(std::size_t channel, State& state) { (*channels_->signals[channel])(state); }
+void EventBus::dispatch(std::size_t channel, State& state) {
+  (*channels_->signals[channel])(state);
+}
 
 void EventBus::emit_guarded(Event event, State& state) {
   if (live_->builtin[index_of(event)] == 0) return;

@@ -47,10 +47,10 @@ EventSet overridden_hooks(const Callback& callback) {
   static Callback base;
   auto& object = const_cast<Callback&>(callback);
   EventSet hooks;
-#define TORCHBUS_DETECT_HOOK(Name, name)                                                           \
-  if ((Hook)(object.*(&Callback::on_##name)) != /* NOLINT: GCC bound-PMF extension */          \
-      (Hook)(base.*(&Callback::on_##name))) { /* NOLINT */                                      \
-    hooks.set(index_of(Event::Name));                                                              \
+#define TORCHBUS_DETECT_HOOK(Name, name)                                              \
+  if ((Hook)(object.*(&Callback::on_##name)) != /* NOLINT: GCC bound-PMF extension */ \
+      (Hook)(base.*(&Callback::on_##name))) {   /* NOLINT */                          \
+    hooks.set(index_of(Event::Name));                                                 \
   }
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_DETECT_HOOK)
 #undef TORCHBUS_DETECT_HOOK
@@ -58,7 +58,9 @@ EventSet overridden_hooks(const Callback& callback) {
 }
 #pragma GCC diagnostic pop
 #else
-EventSet overridden_hooks(const Callback& /*callback*/) { return EventSet{}.set(); }
+EventSet overridden_hooks(const Callback& /*callback*/) {
+  return EventSet{}.set();
+}
 #endif
 
 }  // namespace torchbus

@@ -8,7 +8,9 @@ std::vector<Subscription>& registry() {
 }
 }  // namespace
 
-const std::vector<Subscription>& registered_subscriptions() { return registry(); }
+const std::vector<Subscription>& registered_subscriptions() {
+  return registry();
+}
 
 bool register_subscription(Subscription subscription) {
   registry().push_back(std::move(subscription));

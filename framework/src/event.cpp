@@ -21,9 +21,13 @@ constexpr std::array<std::string_view, kEventCount> kSnakeNames = {
 
 }  // namespace
 
-std::string_view to_string(Event event) noexcept { return kNames[index_of(event)]; }
+std::string_view to_string(Event event) noexcept {
+  return kNames[index_of(event)];
+}
 
-std::string_view snake_name(Event event) noexcept { return kSnakeNames[index_of(event)]; }
+std::string_view snake_name(Event event) noexcept {
+  return kSnakeNames[index_of(event)];
+}
 
 std::optional<Event> find_event(std::string_view name) noexcept {
   for (std::size_t i = 0; i < kEventCount; ++i) {
@@ -35,8 +39,8 @@ std::optional<Event> find_event(std::string_view name) noexcept {
 Event event_from_string(std::string_view name) {
   if (auto event = find_event(name)) return *event;
   const std::vector<std::string> valid(kNames.begin(), kNames.end());
-  throw ConfigError(detail::concat("unknown event '", name, "'; expected one of: ",
-                                   detail::join_or_none(valid),
+  throw ConfigError(detail::concat("unknown event '", name,
+                                   "'; expected one of: ", detail::join_or_none(valid),
                                    " (or their snake_case names, e.g. step_end)"));
 }
 

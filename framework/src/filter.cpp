@@ -40,8 +40,8 @@ Filter Filter::every(std::int64_t n) {
 }
 
 Filter Filter::once(std::int64_t n) {
-  TORCHBUS_CHECK(n >= 1, ConfigError, "once(n) needs n >= 1 (the 1-based occurrence to run at), got ",
-                 n);
+  TORCHBUS_CHECK(n >= 1, ConfigError,
+                 "once(n) needs n >= 1 (the 1-based occurrence to run at), got ", n);
   return Filter(Kind::Once, n);
 }
 

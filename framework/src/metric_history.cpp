@@ -25,8 +25,8 @@ const MetricHistory::Series& MetricHistory::require(std::string_view name) const
     resolve(*series);
     return *series;
   }
-  throw Error(detail::concat("no metric named '", name, "' in the metric history; recorded: ",
-                             detail::join_or_none(names())));
+  throw Error(detail::concat("no metric named '", name,
+                             "' in the metric history; recorded: ", detail::join_or_none(names())));
 }
 
 void MetricHistory::resolve(Series& series) {
@@ -56,7 +56,9 @@ void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_
   if (series.pending.size() >= kMaxPending) resolve(series);
 }
 
-bool MetricHistory::contains(std::string_view name) const noexcept { return find(name) != nullptr; }
+bool MetricHistory::contains(std::string_view name) const noexcept {
+  return find(name) != nullptr;
+}
 
 const std::vector<MetricPoint>& MetricHistory::series(std::string_view name) const {
   return require(name).points;
@@ -96,7 +98,9 @@ std::vector<std::string> MetricHistory::names() const {
   return result;
 }
 
-void MetricHistory::clear() noexcept { series_.clear(); }
+void MetricHistory::clear() noexcept {
+  series_.clear();
+}
 
 void MetricHistory::set_series(std::string_view name, std::vector<MetricPoint> points) {
   auto& series = series_for(name);

@@ -23,8 +23,8 @@ const at::Tensor* TensorStore::find(std::string_view name) const noexcept {
 
 const at::Tensor& TensorStore::get(std::string_view name) const {
   if (const auto* value = find(name)) return *value;
-  throw Error(detail::concat("no tensor named '", name, "' in the tensor store; present: ",
-                             detail::join_or_none(names())));
+  throw Error(detail::concat("no tensor named '", name,
+                             "' in the tensor store; present: ", detail::join_or_none(names())));
 }
 
 void TensorStore::clear(Scope scope) noexcept {
@@ -33,7 +33,9 @@ void TensorStore::clear(Scope scope) noexcept {
   }
 }
 
-void TensorStore::clear_all() noexcept { entries_.clear(); }
+void TensorStore::clear_all() noexcept {
+  entries_.clear();
+}
 
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> result;

@@ -29,7 +29,8 @@ std::string describe(const std::exception_ptr& error) {
 /// Puts the module back in training or evaluation mode when an evaluation ends, even by an error.
 class ModeGuard {
  public:
-  explicit ModeGuard(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {}
+  explicit ModeGuard(torch::nn::Module& module)
+      : module_(module), was_training_(module.is_training()) {}
   ~ModeGuard() { module_.train(was_training_); }
   ModeGuard(const ModeGuard&) = delete;
   ModeGuard& operator=(const ModeGuard&) = delete;
@@ -353,7 +354,9 @@ at::Tensor Trainer::eval_step(Batch& batch) {
   return eval_step_ ? eval_step_(*this, batch) : forward_and_loss(batch);
 }
 
-void Trainer::optimizer_step() { optimizer_.step(); }
+void Trainer::optimizer_step() {
+  optimizer_.step();
+}
 
 // ---- evaluation ---------------------------------------------------------------------------------
 
@@ -380,8 +383,8 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
     state_.cancelled = false;
     move_to_device(batch);
     open(Event::EvalBatchStart, Event::EvalBatchEnd);
-    const auto loss =
-        state_.cancelled ? at::Tensor() : run_step_function(&Trainer::eval_step, batch, "eval step");
+    const auto loss = state_.cancelled ? at::Tensor()
+                                       : run_step_function(&Trainer::eval_step, batch, "eval step");
     if (!state_.cancelled) {
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
       const auto weighted = loss.detach() * static_cast<double>(size);

@@ -7,12 +7,12 @@ void TrainerOptions::validate() const {
   TORCHBUS_CHECK(accumulate_grad_batches_ >= 1, ConfigError,
                  "accumulate_grad_batches must be >= 1 (batches per optimizer step), got ",
                  accumulate_grad_batches_);
-  TORCHBUS_CHECK(max_epochs_ >= -1, ConfigError, "max_epochs must be >= 1, or -1 for no limit, got ",
-                 max_epochs_);
+  TORCHBUS_CHECK(max_epochs_ >= -1, ConfigError,
+                 "max_epochs must be >= 1, or -1 for no limit, got ", max_epochs_);
   TORCHBUS_CHECK(max_steps_ >= -1, ConfigError, "max_steps must be >= 1, or -1 for no limit, got ",
                  max_steps_);
-  TORCHBUS_CHECK(max_epochs_ != 0 && max_steps_ != 0, ConfigError,
-                 "max_epochs is ", max_epochs_, " and max_steps is ", max_steps_,
+  TORCHBUS_CHECK(max_epochs_ != 0 && max_steps_ != 0, ConfigError, "max_epochs is ", max_epochs_,
+                 " and max_steps is ", max_steps_,
                  ": the run ends at the first limit reached, so a 0 trains nothing; expected "
                  "limits above 0, or -1 for no limit");
   TORCHBUS_CHECK(!(max_epochs_ == -1 && max_steps_ == -1), ConfigError,

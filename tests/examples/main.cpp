@@ -1,2 +1,2 @@
-#define BOOST_TEST_MODULE torchbus-train
+#define BOOST_TEST_MODULE torchbus - train
 #include <boost/test/unit_test.hpp>

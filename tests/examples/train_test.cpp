@@ -86,7 +86,8 @@ void write_idx_pair(const fs::path& images, const fs::path& labels, int count,
 
 fs::path make_mnist(const std::string& name, std::uint32_t image_magic = 2051) {
   const auto dir = scratch(name);
-  write_idx_pair(dir / "train-images-idx3-ubyte", dir / "train-labels-idx1-ubyte", 200, image_magic);
+  write_idx_pair(dir / "train-images-idx3-ubyte", dir / "train-labels-idx1-ubyte", 200,
+                 image_magic);
   write_idx_pair(dir / "t10k-images-idx3-ubyte", dir / "t10k-labels-idx1-ubyte", 50);
   return dir;
 }
@@ -137,20 +138,24 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
 
 BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
   const auto first = scratch("seed_a"), second = scratch("seed_b");
-  BOOST_TEST_REQUIRE(run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + first.string()).status == 0);
-  BOOST_TEST_REQUIRE(run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + second.string()).status == 0);
+  BOOST_TEST_REQUIRE(
+      run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + first.string()).status == 0);
+  BOOST_TEST_REQUIRE(
+      run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + second.string()).status == 0);
   const auto a = json_string(read_file(first / "summary.json"), "params_sha256");
   const auto b = json_string(read_file(second / "summary.json"), "params_sha256");
   BOOST_TEST(a == b);
   const auto other = scratch("seed_c");
-  BOOST_TEST_REQUIRE(run_train("--epochs 1 --max-steps 40 --seed 7 --out " + other.string()).status == 0);
+  BOOST_TEST_REQUIRE(
+      run_train("--epochs 1 --max-steps 40 --seed 7 --out " + other.string()).status == 0);
   BOOST_TEST(json_string(read_file(other / "summary.json"), "params_sha256") != a);
 }
 
 BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {
   const auto data = make_mnist("mnist");
   const auto out = scratch("mnist_run");
-  const auto result = run_train("--data mnist:" + data.string() + " --epochs 2 --batch-size 20 --out " + out.string());
+  const auto result = run_train("--data mnist:" + data.string() +
+                                " --epochs 2 --batch-size 20 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   const auto summary = read_file(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 20);
@@ -160,15 +165,17 @@ BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {
 BOOST_AUTO_TEST_CASE(tiny_csv_file_with_a_named_label) {
   const auto csv = make_csv("csv", "x,y,class", learnable_csv_rows(100));
   const auto out = scratch("csv_run");
-  const auto result = run_train("--data csv:" + csv.string() + ":class --epochs 20 --batch-size 16 --lr 0.01 --out " + out.string());
+  const auto result =
+      run_train("--data csv:" + csv.string() +
+                ":class --epochs 20 --batch-size 16 --lr 0.01 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   const auto summary = read_file(out / "summary.json");
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.8);
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_hint) {
-  for (const auto* arguments : {"--bogus", "--epochs -1", "--batch-size 0", "--optimizer rmsprop",
-                                "--data parquet:file"}) {
+  for (const auto* arguments :
+       {"--bogus", "--epochs -1", "--batch-size 0", "--optimizer rmsprop", "--data parquet:file"}) {
     const auto result = run_train(arguments);
     BOOST_TEST(result.status == 2, arguments);
     BOOST_TEST(contains(result.output, "--help"));
@@ -190,7 +197,8 @@ BOOST_AUTO_TEST_CASE(failed_runs_exit_1_with_the_reason_and_no_summary) {
   const auto bad_magic = make_mnist("bad_magic", 1234);
   expect_failure("--data mnist:" + bad_magic.string(), "has IDX magic number 1234; expected 2051");
   const auto no_label = make_csv("no_label", "a,b,c", "1,2,3\n4,5,6\n");
-  expect_failure("--data csv:" + no_label.string(), "has no column 'label'; its columns are: a, b, c");
+  expect_failure("--data csv:" + no_label.string(),
+                 "has no column 'label'; its columns are: a, b, c");
   const auto bad_cell = make_csv("bad_cell", "a,label", "1,0\n2,1\nseven,0\n");
   expect_failure("--data csv:" + bad_cell.string(), "row 4 column 'a': 'seven' is not a number");
   expect_failure("--data csv:/no/such.csv", "cannot open '/no/such.csv'");

@@ -28,10 +28,13 @@ BOOST_AUTO_TEST_CASE(emission_order_follows_priority_then_registration) {
   EventBus bus;
   State state;
   std::vector<std::string> order;
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p5-a"); }, 5);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back("p5-a"); }, 5);
   bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p0-a"); });
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p-3"); }, -3);
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p5-b"); }, 5);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back("p-3"); }, -3);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back("p5-b"); }, 5);
   bus.on(Event::StepEnd, [&](State&) { order.emplace_back("p0-b"); });
   bus.emit(Event::StepEnd, state);
   const std::vector<std::string> expected{"p-3", "p0-a", "p0-b", "p5-a", "p5-b"};
@@ -175,7 +178,8 @@ BOOST_AUTO_TEST_CASE(connect_and_disconnect_during_emission) {
   Connection victim;
   bus.on(Event::StepEnd, [&](State&) {
     calls.emplace_back("first");
-    if (!late.connected()) late = bus.on(Event::StepEnd, [&](State&) { calls.emplace_back("late"); });
+    if (!late.connected())
+      late = bus.on(Event::StepEnd, [&](State&) { calls.emplace_back("late"); });
     victim.disconnect();
   });
   victim = bus.on(Event::StepEnd, [&](State&) { calls.emplace_back("victim"); });

@@ -103,10 +103,13 @@ BOOST_AUTO_TEST_CASE(priority_orders_callbacks_and_lambdas_together) {
   late->set_priority(10);
   bus.add(late);
   bus.on(Event::StepEnd, [&](State&) { order.emplace_back("lambda@0"); });
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("lambda@20"); }, 20);
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back("after callback@10"); }, 10);
-  bus.on(Event::StepEnd, [&](State&) { order.emplace_back(late->seen.empty() ? "" : "callback ran"); },
-         10);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back("lambda@20"); }, 20);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back("after callback@10"); }, 10);
+  bus.on(
+      Event::StepEnd, [&](State&) { order.emplace_back(late->seen.empty() ? "" : "callback ran"); },
+      10);
   bus.emit(Event::StepEnd, state);
   BOOST_TEST(order == (std::vector<std::string>{"lambda@0", "after callback@10", "callback ran",
                                                 "lambda@20"}),

@@ -12,7 +12,9 @@ std::vector<std::int64_t>& logged_steps() {
   return steps;
 }
 
-void log_every_second_step(State& state) { logged_steps().push_back(state.step); }
+void log_every_second_step(State& state) {
+  logged_steps().push_back(state.step);
+}
 
 int& verified_count() {
   static int count = 0;
@@ -68,9 +70,9 @@ BOOST_AUTO_TEST_CASE(helpers_turn_lambdas_into_subscriptions) {
   bus.emit(Event::StepEnd, state);
   bus.emit("checked", state);
   bus.emit(Event::EpochEnd, state);
-  BOOST_TEST(calls == (std::vector<std::string>{"second batch", "early", "late", "checked",
-                                                "epoch_end"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      calls == (std::vector<std::string>{"second batch", "early", "late", "checked", "epoch_end"}),
+      boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(subscription_to_an_unregistered_custom_event_is_an_error) {

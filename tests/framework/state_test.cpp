@@ -33,7 +33,8 @@ BOOST_AUTO_TEST_CASE(tensor_store_clears_each_scope_separately) {
   BOOST_TEST(store.names() == (std::vector<std::string>{"epoch", "action"}),
              boost::test_tools::per_element());
   store.clear(Scope::Epoch);
-  BOOST_TEST(store.names() == (std::vector<std::string>{"action"}), boost::test_tools::per_element());
+  BOOST_TEST(store.names() == (std::vector<std::string>{"action"}),
+             boost::test_tools::per_element());
   store.set("batch", at::ones({1}));  // a cleared name can be set again
   BOOST_TEST(store.contains("batch"));
 }

@@ -16,8 +16,10 @@ class RecordingCallback : public Callback {
   explicit RecordingCallback(std::string name = "recorder") : Callback(std::move(name)) {}
   std::vector<std::string> events;
 
-#define TORCHBUS_RECORD_HOOK(Name, name)                                                           \
-  void on_##name(State&) override { events.emplace_back(#Name); }
+#define TORCHBUS_RECORD_HOOK(Name, name) \
+  void on_##name(State&) override {      \
+    events.emplace_back(#Name);          \
+  }
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_RECORD_HOOK)
 #undef TORCHBUS_RECORD_HOOK
 };

@@ -76,10 +76,11 @@ BOOST_AUTO_TEST_CASE(zero_epochs_and_zero_steps) {
   const auto message = message_of<ConfigError>(
       [&] { Trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(0).max_steps(0)); });
   BOOST_TEST(has(message, "max_epochs is 0 and max_steps is 0"));
-  BOOST_CHECK_THROW(Trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(-1)), ConfigError);
-  BOOST_CHECK_THROW(
-      Trainer(model, sgd, cross_entropy, TrainerOptions().gradient_clip_norm(1).gradient_clip_value(1)),
-      ConfigError);
+  BOOST_CHECK_THROW(Trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(-1)),
+                    ConfigError);
+  BOOST_CHECK_THROW(Trainer(model, sgd, cross_entropy,
+                            TrainerOptions().gradient_clip_norm(1).gradient_clip_value(1)),
+                    ConfigError);
 }
 
 BOOST_AUTO_TEST_CASE(loss_that_is_not_a_scalar) {
@@ -90,8 +91,9 @@ BOOST_AUTO_TEST_CASE(loss_that_is_not_a_scalar) {
   auto batches = make_batches(2, 4);
   const auto message = message_of<DataError>([&] { setup.trainer->fit(batches); });
   BOOST_TEST(has(message, "must return a scalar loss (one element), got shape [4]"));
-  BOOST_TEST(setup.events() ==
-             "ActionStart EpochStart StepStart BatchStart Exception BatchEnd StepEnd EpochEnd ActionEnd");
+  BOOST_TEST(
+      setup.events() ==
+      "ActionStart EpochStart StepStart BatchStart Exception BatchEnd StepEnd EpochEnd ActionEnd");
 }
 
 BOOST_AUTO_TEST_CASE(target_that_does_not_fit_the_output) {

@@ -14,8 +14,9 @@ BOOST_AUTO_TEST_CASE(accumulating_four_batches_equals_one_batch_four_times_large
 
   auto accumulated_model = make_model();
   torch::optim::SGD accumulated_sgd(accumulated_model->parameters(), torch::optim::SGDOptions(0.5));
-  Trainer accumulated(accumulated_model, accumulated_sgd, cross_entropy,
-                      TrainerOptions().accumulate_grad_batches(4).use_registered_subscriptions(false));
+  Trainer accumulated(
+      accumulated_model, accumulated_sgd, cross_entropy,
+      TrainerOptions().accumulate_grad_batches(4).use_registered_subscriptions(false));
   accumulated.fit(batches);
 
   auto large_model = make_model();
@@ -65,9 +66,12 @@ BOOST_AUTO_TEST_CASE(clipping_by_norm_bounds_the_global_gradient_norm) {
   auto batches = make_batches(3, 8);
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer(model, sgd, [](const at::Tensor& out, const at::Tensor& target) {
-    return cross_entropy(out, target) * 1000.0;  // large gradients
-  }, TrainerOptions().gradient_clip_norm(0.5).use_registered_subscriptions(false));
+  Trainer trainer(
+      model, sgd,
+      [](const at::Tensor& out, const at::Tensor& target) {
+        return cross_entropy(out, target) * 1000.0;  // large gradients
+      },
+      TrainerOptions().gradient_clip_norm(0.5).use_registered_subscriptions(false));
   std::vector<double> norms;
   trainer.on(Event::AfterOptimizerStep, [&](State& s) {
     double squared = 0.0;
@@ -83,12 +87,16 @@ BOOST_AUTO_TEST_CASE(clipping_by_value_bounds_every_element) {
   auto batches = make_batches(2, 8);
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer(model, sgd, [](const at::Tensor& out, const at::Tensor& target) {
-    return cross_entropy(out, target) * 1000.0;
-  }, TrainerOptions().gradient_clip_value(0.01).use_registered_subscriptions(false));
+  Trainer trainer(
+      model, sgd,
+      [](const at::Tensor& out, const at::Tensor& target) {
+        return cross_entropy(out, target) * 1000.0;
+      },
+      TrainerOptions().gradient_clip_value(0.01).use_registered_subscriptions(false));
   double largest = 0.0;
   trainer.on(Event::AfterOptimizerStep, [&](State& s) {
-    for (const auto& p : s.model->parameters()) largest = std::max(largest, p.grad().abs().max().item<double>());
+    for (const auto& p : s.model->parameters())
+      largest = std::max(largest, p.grad().abs().max().item<double>());
   });
   trainer.fit(batches);
   BOOST_TEST(largest <= 0.01 + 1e-9);
@@ -110,14 +118,16 @@ BOOST_AUTO_TEST_CASE(torch_data_loaders_stacked_and_unstacked) {
       rows.map(torch::data::transforms::Stack<>()), 4);
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
   trainer.fit(*stacked);
   BOOST_TEST(trainer.state().step == 6);
 
   auto unstacked = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(rows, 4);
   auto model2 = make_model();
   torch::optim::SGD sgd2(model2->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer2(model2, sgd2, cross_entropy, TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  Trainer trainer2(model2, sgd2, cross_entropy,
+                   TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
   trainer2.fit(*unstacked);
   const auto a = model->parameters();
   const auto b = model2->parameters();

@@ -42,7 +42,8 @@ BOOST_AUTO_TEST_SUITE(extension)
 BOOST_AUTO_TEST_CASE(subclass_hooks_run_before_callbacks_of_the_same_point) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  TracingTrainer trainer(model, sgd, cross_entropy, TrainerOptions().use_registered_subscriptions(false));
+  TracingTrainer trainer(model, sgd, cross_entropy,
+                         TrainerOptions().use_registered_subscriptions(false));
   std::vector<std::string> trace;
   trainer.trace = &trace;
   trainer.on(Event::BeforeBackward, [&](State& s) {
@@ -71,7 +72,8 @@ BOOST_AUTO_TEST_CASE(custom_steps_without_subclassing) {
     return t.compute_loss(t.forward(batch.data), batch.target);
   });
   std::vector<double> confidences;
-  trainer.on(Event::BatchEnd, [&](State& s) { confidences.push_back(s.tensors.get("confidence").item<double>()); });
+  trainer.on(Event::BatchEnd,
+             [&](State& s) { confidences.push_back(s.tensors.get("confidence").item<double>()); });
   auto batches = make_batches(3, 4);
   auto validation = make_batches(2, 4);
   trainer.fit(batches, validation);
@@ -93,7 +95,8 @@ BOOST_AUTO_TEST_CASE(callback_learns_its_trainer_when_added) {
 BOOST_AUTO_TEST_CASE(decorated_lambdas_and_filters_on_a_trainer) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer(model, sgd, cross_entropy, TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
   std::vector<std::int64_t> steps;
   trainer.add(on_step_end(every(3), [&](State& s) { steps.push_back(s.step); }));
   auto batches = make_batches(5, 4);
@@ -114,7 +117,8 @@ BOOST_AUTO_TEST_CASE(custom_event_emitted_from_a_custom_train_step) {
   });
   auto batches = make_batches(3, 4);
   trainer.fit(batches);
-  BOOST_TEST(verified_batches == (std::vector<std::int64_t>{0, 1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(verified_batches == (std::vector<std::int64_t>{0, 1, 2}),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

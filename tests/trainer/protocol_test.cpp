@@ -10,7 +10,9 @@ using namespace torchbus::testing;
 namespace {
 
 // The protocol of docs/events.md, spelled out.
-std::string batch() { return "BatchStart BeforeBackward AfterBackward BatchEnd"; }
+std::string batch() {
+  return "BatchStart BeforeBackward AfterBackward BatchEnd";
+}
 std::string step(int batches) {
   std::string out = "StepStart";
   for (int i = 0; i < batches; ++i) out += " " + batch();
@@ -65,13 +67,14 @@ BOOST_AUTO_TEST_CASE(accumulation_with_a_short_last_window) {
   run.trainer.on(Event::StepEnd, [&](State& s) { steps_at_end.push_back(s.step); });
   auto batches = make_batches(7, 4);
   run.trainer.fit(batches);
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(3), step(3), step(1),
-                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(3), step(3), step(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(sizes == (std::vector<std::int64_t>{3, 3, 3, 3, 3, 3, 1}),
              boost::test_tools::per_element());
   BOOST_TEST(positions == (std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 0}),
              boost::test_tools::per_element());
-  BOOST_TEST(steps_at_end == (std::vector<std::int64_t>{1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(steps_at_end == (std::vector<std::int64_t>{1, 2, 3}),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(short_window_gradient_equals_one_batch_of_its_size) {
@@ -105,7 +108,8 @@ BOOST_AUTO_TEST_CASE(max_steps_reached_mid_epoch) {
   Run run(TrainerOptions().max_epochs(5).max_steps(2).val_every_n_epochs(0));
   auto batches = make_batches(5, 4);
   run.trainer.fit(batches);
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(run.trainer.state().step == 2);
 }
 
@@ -116,7 +120,8 @@ BOOST_AUTO_TEST_CASE(validation_every_second_epoch) {
   run.trainer.fit(train, validation);
   const auto plain = join({"EpochStart", step(1), step(1), "EpochEnd"});
   const auto validated = join({"EpochStart", step(1), step(1), evaluation(3), "EpochEnd"});
-  BOOST_TEST(run.events() == join({"ActionStart", plain, validated, plain, validated, "ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart", plain, validated, plain, validated, "ActionEnd"}));
   const auto& val_loss = run.trainer.state().metrics.series("val_loss");
   BOOST_TEST(val_loss.size() == 2u);
   BOOST_TEST(val_loss[0].epoch == 1);
@@ -142,9 +147,9 @@ BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
   auto batches = make_batches(3, 4);
   run.trainer.fit(batches);
   // A step whose only batch was cancelled makes no update: no optimizer events, no step counted.
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
-                                   "StepStart BatchStart BatchEnd StepEnd", step(1),
-                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), "StepStart BatchStart BatchEnd StepEnd",
+                   step(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(cancelled_at_end == (std::vector<bool>{false, true, false}),
              boost::test_tools::per_element());
   BOOST_TEST(run.trainer.state().step == 2);
@@ -181,11 +186,13 @@ BOOST_AUTO_TEST_CASE(stop_training_thrown_from_step_end) {
   run.trainer.on(Event::StepEnd, [](State& s) {
     if (s.step == 2) throw StopTraining("enough");
   });
-  run.trainer.on(Event::StepEnd, [&](State&) { ++later_subscriber_calls; }, 5);
+  run.trainer.on(
+      Event::StepEnd, [&](State&) { ++later_subscriber_calls; }, 5);
   auto batches = make_batches(4, 4);
   auto validation = make_batches(1, 4);
   run.trainer.fit(batches, validation);
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), step(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(run.trainer.state().stop_reason() == "enough");
   BOOST_TEST(later_subscriber_calls == 2);  // the other subscribers of StepEnd still ran
 }
@@ -197,7 +204,8 @@ BOOST_AUTO_TEST_CASE(request_stop_mid_window_finishes_the_window) {
   });
   auto batches = make_batches(9, 4);
   run.trainer.fit(batches);
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(3), step(3), "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(3), step(3), "EpochEnd ActionEnd"}));
   BOOST_TEST(run.trainer.state().step == 2);
 }
 
@@ -254,8 +262,8 @@ BOOST_AUTO_TEST_CASE(exception_from_batch_end_fires_exception_then_pending_ends)
   });
   BOOST_TEST(exceptions == 1);
   BOOST_TEST(message_seen == "logger failed");
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
-                                   "StepStart", batch(), "Exception StepEnd EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), "StepStart", batch(),
+                                   "Exception StepEnd EpochEnd ActionEnd"}));
   BOOST_TEST(static_cast<bool>(run.trainer.state().error));
 }
 
@@ -279,7 +287,8 @@ BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
   BOOST_TEST(run.events() == join({"ActionStart", evaluation(2), "ActionEnd"}));
   torch::NoGradGuard no_grad;
   double expected = 0.0;
-  for (const auto& b : data) expected += cross_entropy(run.model->forward(b.data), b.target).item<double>();
+  for (const auto& b : data)
+    expected += cross_entropy(run.model->forward(b.data), b.target).item<double>();
   BOOST_TEST(loss == expected / 2, boost::test_tools::tolerance(1e-6));
   BOOST_TEST(run.model->is_training());  // mode restored after evaluation
 }
@@ -289,7 +298,8 @@ BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
   auto batches = make_batches(4, 4);
   auto validation = make_batches(1, 4);
   std::vector<double> step_losses;
-  run.trainer.on(Event::StepEnd, [&](State& s) { step_losses.push_back(s.tensors.get("loss").item<double>()); });
+  run.trainer.on(Event::StepEnd,
+                 [&](State& s) { step_losses.push_back(s.tensors.get("loss").item<double>()); });
   run.trainer.fit(batches, validation);
   const auto& metrics = run.trainer.state().metrics;
   const auto& per_step = metrics.series("train_loss");
@@ -300,21 +310,24 @@ BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
   }
   const auto& per_epoch = metrics.series("train_loss_epoch");
   BOOST_TEST(per_epoch.size() == 2u);
-  BOOST_TEST(per_epoch[1].value == (step_losses[2] + step_losses[3]) / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(per_epoch[1].value == (step_losses[2] + step_losses[3]) / 2,
+             boost::test_tools::tolerance(1e-12));
   BOOST_TEST(metrics.series("val_loss").size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(tensor_store_scopes_follow_the_loop) {
   Run run{TrainerOptions()};
   std::vector<std::string> seen;
-  run.trainer.on(Event::BatchStart, [](State& s) { s.tensors.set("kept", torch::ones({1}), Scope::Epoch); });
+  run.trainer.on(Event::BatchStart,
+                 [](State& s) { s.tensors.set("kept", torch::ones({1}), Scope::Epoch); });
   run.trainer.on(Event::BeforeBackward, [&](State& s) {
     seen.push_back(s.tensors.contains("output") && s.tensors.contains("target") ? "batch" : "-");
   });
   run.trainer.on(Event::StepStart, [&](State& s) {
     seen.push_back(s.tensors.contains("output") ? "leak" : "clean");
   });
-  run.trainer.on(Event::EpochEnd, [&](State& s) { seen.push_back(s.tensors.contains("kept") ? "epoch" : "-"); });
+  run.trainer.on(Event::EpochEnd,
+                 [&](State& s) { seen.push_back(s.tensors.contains("kept") ? "epoch" : "-"); });
   auto batches = make_batches(2, 4);
   run.trainer.fit(batches);
   BOOST_TEST(seen == (std::vector<std::string>{"clean", "batch", "clean", "batch", "epoch"}),

@@ -29,8 +29,12 @@ namespace detail {
 /// Stacks unstacked examples (a `torch::data` loader without the Stack transform).
 Batch stack_examples(const std::vector<Batch>& examples);
 
-inline Batch to_batch(const Batch& batch) { return batch; }
-inline Batch to_batch(const std::vector<Batch>& examples) { return stack_examples(examples); }
+inline Batch to_batch(const Batch& batch) {
+  return batch;
+}
+inline Batch to_batch(const std::vector<Batch>& examples) {
+  return stack_examples(examples);
+}
 inline Batch to_batch(const std::pair<at::Tensor, at::Tensor>& pair) {
   return Batch(pair.first, pair.second);
 }

@@ -92,7 +92,9 @@ class EventBus {
   void emit_guarded(Event event, State& state);
 
   /// Connected subscribers of `event`.
-  std::size_t subscriber_count(Event event) const noexcept { return live_->builtin[index_of(event)]; }
+  std::size_t subscriber_count(Event event) const noexcept {
+    return live_->builtin[index_of(event)];
+  }
   /// Connected subscribers of a custom event.
   std::size_t subscriber_count(CustomEvent event) const;
 

@@ -58,8 +58,8 @@ class Callback {
   /// Restores the state written by `save_state`.
   virtual void load_state(torch::serialize::InputArchive& /*archive*/) {}
 
-#define TORCHBUS_CALLBACK_HOOK(Name, name)                                                         \
-  /** Called at Event::Name. */                                                                    \
+#define TORCHBUS_CALLBACK_HOOK(Name, name) \
+  /** Called at Event::Name. */            \
   virtual void on_##name(State& /*state*/) {}
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_CALLBACK_HOOK)
 #undef TORCHBUS_CALLBACK_HOOK

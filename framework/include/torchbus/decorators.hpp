@@ -32,15 +32,15 @@ inline Subscription on(std::string name, Filter filter, std::function<void(State
   return Subscription{std::move(name), std::move(filter), std::move(slot), priority};
 }
 
-#define TORCHBUS_DECORATOR(Name, name)                                                             \
-  /** A subscription of `slot` to Event::Name. */                                                 \
-  inline Subscription on_##name(std::function<void(State&)> slot, int priority = 0) {             \
-    return on(Event::Name, std::move(slot), priority);                                             \
-  }                                                                                                \
-  /** A subscription of `slot` to Event::Name through `filter`. */                                \
-  inline Subscription on_##name(Filter filter, std::function<void(State&)> slot,                  \
-                                int priority = 0) {                                                \
-    return on(Event::Name, std::move(filter), std::move(slot), priority);                          \
+#define TORCHBUS_DECORATOR(Name, name)                                                \
+  /** A subscription of `slot` to Event::Name. */                                     \
+  inline Subscription on_##name(std::function<void(State&)> slot, int priority = 0) { \
+    return on(Event::Name, std::move(slot), priority);                                \
+  }                                                                                   \
+  /** A subscription of `slot` to Event::Name through `filter`. */                    \
+  inline Subscription on_##name(Filter filter, std::function<void(State&)> slot,      \
+                                int priority = 0) {                                   \
+    return on(Event::Name, std::move(filter), std::move(slot), priority);             \
   }
 TORCHBUS_FOR_EACH_EVENT(TORCHBUS_DECORATOR)
 #undef TORCHBUS_DECORATOR
@@ -59,6 +59,6 @@ bool register_subscription(Subscription subscription);
 /// Registers a subscription at namespace scope, e.g.
 /// `TORCHBUS_SUBSCRIBE(torchbus::on_step_end(torchbus::every(10), log_loss));`
 /// Every Trainer (and `EventBus::add_registered`) connects the registered subscriptions.
-#define TORCHBUS_SUBSCRIBE(...)                                                                    \
-  [[maybe_unused]] static const bool TORCHBUS_DETAIL_CONCAT(torchbus_subscribed_, __LINE__) =     \
+#define TORCHBUS_SUBSCRIBE(...)                                                               \
+  [[maybe_unused]] static const bool TORCHBUS_DETAIL_CONCAT(torchbus_subscribed_, __LINE__) = \
       ::torchbus::register_subscription(__VA_ARGS__)

@@ -64,10 +64,11 @@ inline std::string join_or_none(const std::vector<std::string>& names) {
 }  // namespace torchbus
 
 /// Throws `ErrorType` with the streamed message parts when `condition` is false, e.g.
-/// `TORCHBUS_CHECK(k >= 1, torchbus::ConfigError, "accumulate_grad_batches must be >= 1, got ", k);`
-#define TORCHBUS_CHECK(condition, ErrorType, ...)                                                  \
-  do {                                                                                             \
-    if (!(condition)) {                                                                            \
-      throw ErrorType(::torchbus::detail::concat(__VA_ARGS__));                                    \
-    }                                                                                              \
+/// `TORCHBUS_CHECK(k >= 1, torchbus::ConfigError, "accumulate_grad_batches must be >= 1, got ",
+/// k);`
+#define TORCHBUS_CHECK(condition, ErrorType, ...)               \
+  do {                                                          \
+    if (!(condition)) {                                         \
+      throw ErrorType(::torchbus::detail::concat(__VA_ARGS__)); \
+    }                                                           \
   } while (false)

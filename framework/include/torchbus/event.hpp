@@ -10,23 +10,23 @@
 
 /// X-macro over every built-in event: X(EnumName, snake_name). The one list that the enum, the
 /// names, the `Callback::on_<name>` hooks and the `on_<name>` decorator helpers are generated from.
-#define TORCHBUS_FOR_EACH_EVENT(X)                                                                 \
-  X(ActionStart, action_start)                                                                     \
-  X(EpochStart, epoch_start)                                                                       \
-  X(StepStart, step_start)                                                                         \
-  X(BatchStart, batch_start)                                                                       \
-  X(BeforeBackward, before_backward)                                                               \
-  X(AfterBackward, after_backward)                                                                 \
-  X(BatchEnd, batch_end)                                                                           \
-  X(BeforeOptimizerStep, before_optimizer_step)                                                    \
-  X(AfterOptimizerStep, after_optimizer_step)                                                      \
-  X(StepEnd, step_end)                                                                             \
-  X(EvalStart, eval_start)                                                                         \
-  X(EvalBatchStart, eval_batch_start)                                                              \
-  X(EvalBatchEnd, eval_batch_end)                                                                  \
-  X(EvalEnd, eval_end)                                                                             \
-  X(EpochEnd, epoch_end)                                                                           \
-  X(ActionEnd, action_end)                                                                         \
+#define TORCHBUS_FOR_EACH_EVENT(X)              \
+  X(ActionStart, action_start)                  \
+  X(EpochStart, epoch_start)                    \
+  X(StepStart, step_start)                      \
+  X(BatchStart, batch_start)                    \
+  X(BeforeBackward, before_backward)            \
+  X(AfterBackward, after_backward)              \
+  X(BatchEnd, batch_end)                        \
+  X(BeforeOptimizerStep, before_optimizer_step) \
+  X(AfterOptimizerStep, after_optimizer_step)   \
+  X(StepEnd, step_end)                          \
+  X(EvalStart, eval_start)                      \
+  X(EvalBatchStart, eval_batch_start)           \
+  X(EvalBatchEnd, eval_batch_end)               \
+  X(EvalEnd, eval_end)                          \
+  X(EpochEnd, epoch_end)                        \
+  X(ActionEnd, action_end)                      \
   X(Exception, exception)
 
 namespace torchbus {
@@ -42,7 +42,9 @@ enum class Event : std::uint8_t {
 inline constexpr std::size_t kEventCount = static_cast<std::size_t>(Event::Exception) + 1;
 
 /// Position of an event in `[0, kEventCount)`.
-constexpr std::size_t index_of(Event event) noexcept { return static_cast<std::size_t>(event); }
+constexpr std::size_t index_of(Event event) noexcept {
+  return static_cast<std::size_t>(event);
+}
 
 /// The event's CamelCase name, e.g. "StepEnd".
 std::string_view to_string(Event event) noexcept;

@@ -61,10 +61,16 @@ class Filter {
 };
 
 /// Lets through occurrences n, 2n, 3n, ... of the event.
-inline Filter every(std::int64_t n) { return Filter::every(n); }
+inline Filter every(std::int64_t n) {
+  return Filter::every(n);
+}
 /// Lets through occurrence n of the event only.
-inline Filter once(std::int64_t n = 1) { return Filter::once(n); }
+inline Filter once(std::int64_t n = 1) {
+  return Filter::once(n);
+}
 /// Lets through the occurrences at which `predicate(state)` holds.
-inline Filter when(Filter::Predicate predicate) { return Filter::when(std::move(predicate)); }
+inline Filter when(Filter::Predicate predicate) {
+  return Filter::when(std::move(predicate));
+}
 
 }  // namespace torchbus

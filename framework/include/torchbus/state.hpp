@@ -25,12 +25,12 @@ namespace torchbus {
 /// Shared state of a run, passed as `State&` to every slot. Counters are plain fields.
 struct State {
   // Counters. All are 0-based indices except `step`, which counts completed optimizer steps.
-  std::int64_t epoch = 0;                    ///< index of the current epoch
-  std::int64_t step = 0;                     ///< optimizer steps completed (at StepEnd: includes this one)
-  std::int64_t batch_in_epoch = 0;           ///< index of the current batch within the epoch
-  std::int64_t global_batch = 0;             ///< index of the current batch since the run began
-  std::int64_t window_position = 0;          ///< index of the current batch in its accumulation window
-  std::int64_t window_size = 1;              ///< batches in the current window (k, or fewer at epoch end)
+  std::int64_t epoch = 0;            ///< index of the current epoch
+  std::int64_t step = 0;             ///< optimizer steps completed (at StepEnd: includes this one)
+  std::int64_t batch_in_epoch = 0;   ///< index of the current batch within the epoch
+  std::int64_t global_batch = 0;     ///< index of the current batch since the run began
+  std::int64_t window_position = 0;  ///< index of the current batch in its accumulation window
+  std::int64_t window_size = 1;      ///< batches in the current window (k, or fewer at epoch end)
   std::int64_t accumulate_grad_batches = 1;  ///< k: batches per optimizer step
   std::int64_t max_epochs = 1;               ///< epoch limit of the run (-1: none)
   std::int64_t max_steps = -1;               ///< step limit of the run (-1: none)
@@ -42,7 +42,7 @@ struct State {
   int world_size = 1;  ///< number of processes
 
   // What is trained. Owned by the trainer; null outside a run.
-  torch::nn::Module* model = nullptr;          ///< the model being trained
+  torch::nn::Module* model = nullptr;            ///< the model being trained
   torch::optim::Optimizer* optimizer = nullptr;  ///< its optimizer
   c10::Device device = c10::Device(c10::kCPU);   ///< where model and batches live
   bool training = false;                         ///< true in training batches, false in evaluation
@@ -51,10 +51,10 @@ struct State {
   MetricHistory metrics;  ///< metric name -> (step, epoch, value) series
 
   // Control.
-  bool cancelled = false;      ///< the current batch was cancelled (CancelBatch)
-  bool update_skipped = false; ///< at StepEnd: every batch was cancelled, no optimizer update
-  std::exception_ptr error;    ///< the exception escaping the run, set before Exception fires
-  std::string error_message;   ///< its what(), for logging
+  bool cancelled = false;       ///< the current batch was cancelled (CancelBatch)
+  bool update_skipped = false;  ///< at StepEnd: every batch was cancelled, no optimizer update
+  std::exception_ptr error;     ///< the exception escaping the run, set before Exception fires
+  std::string error_message;    ///< its what(), for logging
 
   /// Asks the run to stop at the next step boundary; the first reason given is kept.
   void request_stop(std::string reason);
@@ -66,7 +66,9 @@ struct State {
   void clear_stop() noexcept;
 
   /// Records `value` in the metric history at the current step and epoch.
-  void record_metric(std::string_view name, double value) { metrics.record(name, step, epoch, value); }
+  void record_metric(std::string_view name, double value) {
+    metrics.record(name, step, epoch, value);
+  }
   /// Records a one-element tensor in the metric history at the current step and epoch, no sync.
   void record_metric(std::string_view name, at::Tensor value) {
     metrics.record(name, step, epoch, std::move(value));

@@ -3,6 +3,7 @@
 /// \file
 /// Everything torchbus offers, in one include.
 
+#include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/connection.hpp>
@@ -18,4 +19,3 @@
 #include <torchbus/tensor_store.hpp>
 #include <torchbus/trainer.hpp>
 #include <torchbus/trainer_options.hpp>
-#include <torchbus/batch_source.hpp>

@@ -20,7 +20,8 @@ namespace detail {
 template <typename Model, typename = void>
 struct IsModuleHolder : std::false_type {};
 template <typename Model>
-struct IsModuleHolder<Model, std::void_t<decltype(std::declval<Model&>().ptr())>> : std::true_type {};
+struct IsModuleHolder<Model, std::void_t<decltype(std::declval<Model&>().ptr())>> : std::true_type {
+};
 
 /// The module behind a ModuleHolder (`torch::nn::Linear`, TORCH_MODULE types) or a shared_ptr.
 template <typename Model>
@@ -39,7 +40,8 @@ std::shared_ptr<torch::nn::Module> module_of(const Model& model) {
 class Trainer {
  public:
   /// Computes the loss from the model's output and the batch's target.
-  using LossFunction = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+  using LossFunction =
+      std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
   /// Runs the model on a batch's inputs.
   using Forward = std::function<at::Tensor(const at::Tensor& input)>;
   /// A custom train or eval step: returns the batch's scalar loss.
@@ -167,9 +169,9 @@ class Trainer {
   std::vector<Event> open_ends_;        // End events still owed, innermost last
   std::vector<Batch> window_;           // the batches of the current step
   std::size_t window_used_ = 0;
-  at::Tensor window_loss_;              // mean loss of the current step's batches
+  at::Tensor window_loss_;  // mean loss of the current step's batches
   bool window_has_backward_ = false;
-  bool running_ = false;                // inside fit() or evaluate()
+  bool running_ = false;  // inside fit() or evaluate()
 };
 
 }  // namespace torchbus
