@@ -243,7 +243,7 @@ int run(const Flags& flags) {
       .add("samples_per_second", seconds > 0 ? static_cast<double>(samples) / seconds : 0.0)
       .add("stop_reason", state.stop_reason())
       .add("params_sha256", train::parameters_sha256(*model));
-  train::write_file_atomically(out / "summary.json", summary.str() + "\n");
+  torchbus::write_file_atomically(out / "summary.json", summary.str() + "\n");
   log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}; summary in {}", seconds, state.step,
             latest_or_nan(state.metrics, "val_accuracy"), (out / "summary.json").string());
   return state.stop_requested() && interrupted ? kExitInterrupted : 0;

@@ -12,12 +12,11 @@ ShuffledBatches::ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int
       shuffle_(shuffle),
       seed_(seed) {}
 
-void ShuffledBatches::start_epoch() {
-  ++epoch_;
+void ShuffledBatches::start_epoch(std::int64_t epoch) {
   offset_ = 0;
   const auto rows = inputs_.size(0);
   if (shuffle_) {
-    auto generator = at::detail::createCPUGenerator(seed_ + static_cast<std::uint64_t>(epoch_));
+    auto generator = at::detail::createCPUGenerator(seed_ + static_cast<std::uint64_t>(epoch));
     order_ = at::randperm(rows, generator, at::kLong);
   } else {
     order_ = at::arange(rows, at::kLong);
@@ -32,6 +31,13 @@ bool ShuffledBatches::next(torchbus::Batch& batch) {
   batch.target = targets_.index_select(0, indices);
   offset_ += batch_size_;
   return true;
+}
+
+std::int64_t ShuffledBatches::skip(std::int64_t count) {
+  const auto available = std::max<std::int64_t>(0, batches_per_epoch() - offset_ / batch_size_);
+  const auto skipped = std::min(count, available);
+  offset_ += skipped * batch_size_;
+  return skipped;
 }
 
 std::int64_t ShuffledBatches::batches_per_epoch() const noexcept {

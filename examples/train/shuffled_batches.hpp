@@ -14,8 +14,9 @@ class ShuffledBatches final : public torchbus::BatchSource {
  public:
   ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size, bool shuffle,
                   std::uint64_t seed);
-  void start_epoch() override;
+  void start_epoch(std::int64_t epoch) override;
   bool next(torchbus::Batch& batch) override;
+  std::int64_t skip(std::int64_t count) override;
   /// Batches per epoch.
   std::int64_t batches_per_epoch() const noexcept;
 
@@ -24,7 +25,6 @@ class ShuffledBatches final : public torchbus::BatchSource {
   std::int64_t batch_size_;
   bool shuffle_;
   std::uint64_t seed_;
-  std::int64_t epoch_ = -1;
   std::int64_t offset_ = 0;
 };
 

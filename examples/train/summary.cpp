@@ -2,8 +2,6 @@
 
 #include "sha256.hpp"
 
-#include <torchbus/error.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -87,19 +85,6 @@ std::string parameters_sha256(const torch::nn::Module& module) {
   for (const auto& item : module.named_parameters()) add_tensor(item.key(), item.value());
   for (const auto& item : module.named_buffers()) add_tensor(item.key(), item.value());
   return hash.hex_digest();
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  auto temporary = path;
-  temporary += ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    TORCHBUS_CHECK(out.good(), torchbus::Error, "cannot write ", temporary.string());
-    out << text;
-    out.flush();
-    TORCHBUS_CHECK(out.good(), torchbus::Error, "writing ", temporary.string(), " failed");
-  }
-  std::filesystem::rename(temporary, path);
 }
 
 }  // namespace train

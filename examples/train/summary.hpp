@@ -33,7 +33,4 @@ class JsonObject {
 /// registration order: equal for two runs exactly when their final weights are bitwise equal.
 std::string parameters_sha256(const torch::nn::Module& module);
 
-/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
-
 }  // namespace train

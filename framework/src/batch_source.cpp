@@ -2,7 +2,16 @@
 #include <torchbus/batch_source.hpp>
 #include <torchbus/error.hpp>
 
-namespace torchbus::detail {
+namespace torchbus {
+
+std::int64_t BatchSource::skip(std::int64_t count) {
+  Batch scratch;
+  std::int64_t skipped = 0;
+  while (skipped < count && next(scratch)) ++skipped;
+  return skipped;
+}
+
+namespace detail {
 
 Batch stack_examples(const std::vector<Batch>& examples) {
   TORCHBUS_CHECK(!examples.empty(), DataError, "the data loader yielded an empty batch");
@@ -16,4 +25,5 @@ Batch stack_examples(const std::vector<Batch>& examples) {
   return Batch(torch::stack(data), torch::stack(targets));
 }
 
-}  // namespace torchbus::detail
+}  // namespace detail
+}  // namespace torchbus

@@ -124,6 +124,7 @@ void Trainer::run_action(Body&& body) {
   state_.error = nullptr;
   state_.error_message.clear();
   open_ends_.clear();
+  in_window_ = false;
   try {
     open(Event::ActionStart, Event::ActionEnd);
     body();
@@ -177,6 +178,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   state_.tensors.clear_all();
   module_->train();
   optimizer_.zero_grad();
+  if (resume_path_) restore_for_resume();
   run_action([&] {
     while (!training_finished()) run_epoch(train, validation);
   });
@@ -194,8 +196,9 @@ bool Trainer::training_finished() const noexcept {
 void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   state_.batch_in_epoch = 0;
   state_.training = true;
+  epoch_finished_ = false;
   open(Event::EpochStart, Event::EpochEnd);
-  train.start_epoch();
+  start_training_epoch(train);
   bool more = true;
   while (more && !state_.stop_requested() && !step_limit_reached()) {
     more = fill_window(train);
@@ -220,7 +223,9 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   if (validation && every > 0 && !state_.stop_requested() && (state_.epoch + 1) % every == 0) {
     run_evaluation(*validation);
   }
+  epoch_finished_ = true;
   close();  // EpochEnd
+  epoch_finished_ = false;
   state_.tensors.clear(Scope::Epoch);
   ++state_.epoch;
 }
@@ -239,8 +244,10 @@ bool Trainer::fill_window(BatchSource& train) {
 void Trainer::run_step() {
   state_.window_size = static_cast<std::int64_t>(window_used_);
   state_.window_position = 0;
+  state_.skip_update = false;
   window_has_backward_ = false;
   window_loss_.reset();
+  in_window_ = true;
   open(Event::StepStart, Event::StepEnd);
   for (std::size_t i = 0; i < window_used_; ++i) {
     state_.window_position = static_cast<std::int64_t>(i);
@@ -248,17 +255,19 @@ void Trainer::run_step() {
     ++state_.batch_in_epoch;
     ++state_.global_batch;
   }
-  if (window_has_backward_) {
-    fire(Event::BeforeOptimizerStep);
+  if (window_has_backward_ && !state_.skip_update) fire(Event::BeforeOptimizerStep);
+  const bool update = window_has_backward_ && !state_.skip_update;
+  if (update) {
     clip_gradients();
     optimizer_step();
     fire(Event::AfterOptimizerStep);
-    optimizer_.zero_grad();
     ++state_.step;
     state_.tensors.set("loss", window_loss_, Scope::Step);
     state_.record_metric("train_loss", window_loss_);
   }
-  state_.update_skipped = !window_has_backward_;
+  if (window_has_backward_) optimizer_.zero_grad();
+  in_window_ = false;
+  state_.update_skipped = !update;
   close();  // StepEnd
   state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);
@@ -375,7 +384,7 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
   state_.training = false;
   state_.eval_batch = 0;
   open(Event::EvalStart, Event::EvalEnd);
-  data.start_epoch();
+  data.start_epoch(0);
   at::Tensor loss_sum;
   std::int64_t samples = 0;
   Batch batch;

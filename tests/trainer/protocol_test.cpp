@@ -167,6 +167,32 @@ BOOST_AUTO_TEST_CASE(filtered_step_end_ignores_a_step_without_update) {
   BOOST_TEST(every_step == (std::vector<std::int64_t>{1, 2}), boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(skip_update_discards_the_step_and_keeps_the_weights) {
+  Run run{TrainerOptions()};
+  std::vector<at::Tensor> before, after;
+  std::vector<bool> skipped;
+  run.trainer.on(Event::StepStart, [&](State& s) {
+    if (s.global_batch == 1) before = snapshot(*s.model);
+  });
+  run.trainer.on(Event::BeforeOptimizerStep, [](State& s) {
+    if (s.global_batch == 2) s.skip_update = true;  // global_batch already counts the window
+  });
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    skipped.push_back(s.update_skipped);
+    if (s.global_batch == 2) after = snapshot(*s.model);
+  });
+  auto batches = make_batches(3, 4);
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
+                                   "StepStart", batch(), "BeforeOptimizerStep StepEnd", step(1),
+                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(skipped == (std::vector<bool>{false, true, false}), boost::test_tools::per_element());
+  for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(before[i], after[i]));
+  BOOST_TEST(run.trainer.state().step == 2);
+  // The discarded gradients do not leak into the next step.
+  BOOST_TEST(run.trainer.state().metrics.series("train_loss").size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(cancel_batch_inside_a_window_keeps_the_other_batches) {
   Run run(TrainerOptions().accumulate_grad_batches(2));
   run.trainer.set_train_step([](Trainer& trainer, Batch& batch) {

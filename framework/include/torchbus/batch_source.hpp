@@ -19,10 +19,14 @@ using Batch = torch::data::Example<>;
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  /// Starts a new pass over the data.
-  virtual void start_epoch() = 0;
+  /// Starts a new pass over the data; `epoch` is the index of the training epoch (0 for
+  /// evaluations), for sources whose order depends on it.
+  virtual void start_epoch(std::int64_t epoch) = 0;
   /// Writes the next batch into `batch`; returns false at the end of the pass.
   virtual bool next(Batch& batch) = 0;
+  /// Skips up to `count` batches (resuming mid-epoch); returns how many were skipped. The default
+  /// reads and drops them; sources that can seek should override it.
+  virtual std::int64_t skip(std::int64_t count);
 };
 
 namespace detail {
@@ -48,7 +52,7 @@ class RangeSource final : public BatchSource {
   /// Reads from `range`, which must outlive this source.
   explicit RangeSource(Range& range) : range_(range) {}
 
-  void start_epoch() override {
+  void start_epoch(std::int64_t /*epoch*/) override {
     end_.reset();
     current_.reset();
     current_.emplace(std::begin(range_));

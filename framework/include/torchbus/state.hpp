@@ -52,9 +52,12 @@ struct State {
 
   // Control.
   bool cancelled = false;       ///< the current batch was cancelled (CancelBatch)
-  bool update_skipped = false;  ///< at StepEnd: every batch was cancelled, no optimizer update
-  std::exception_ptr error;     ///< the exception escaping the run, set before Exception fires
-  std::string error_message;    ///< its what(), for logging
+  bool update_skipped = false;  ///< at StepEnd: the step made no optimizer update
+  /// Set up to BeforeOptimizerStep to discard this step's gradients: no optimizer step, no
+  /// AfterOptimizerStep, the step is not counted (update_skipped at StepEnd). Reset every step.
+  bool skip_update = false;
+  std::exception_ptr error;   ///< the exception escaping the run, set before Exception fires
+  std::string error_message;  ///< its what(), for logging
 
   /// Asks the run to stop at the next step boundary; the first reason given is kept.
   void request_stop(std::string reason);

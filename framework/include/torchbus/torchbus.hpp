@@ -6,8 +6,10 @@
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
+#include <torchbus/checkpoint_file.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/control.hpp>
+#include <torchbus/crc32c.hpp>
 #include <torchbus/decorators.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/event.hpp>

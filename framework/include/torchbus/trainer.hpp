@@ -9,8 +9,10 @@
 #include <torchbus/bus.hpp>
 #include <torchbus/trainer_options.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -118,6 +120,18 @@ class Trainer {
   /// when every batch was cancelled.
   double evaluate_source(BatchSource& data);
 
+  /// Writes a checkpoint of the run to `path` atomically (see docs/checkpointing.md). Valid
+  /// between runs and at step boundaries: not between StepStart and the end of the optimizer step.
+  void save_checkpoint(const std::filesystem::path& path);
+  /// The framed bytes of a checkpoint of the run now, to write elsewhere (CheckpointWriter).
+  std::string checkpoint_bytes();
+  /// Makes the next fit() continue from `path`: a checkpoint file, or a directory whose newest
+  /// valid checkpoint is used.
+  void resume_from(std::filesystem::path path);
+  /// Restores the checkpoint at `path` now. Everything is validated before anything changes; a
+  /// mismatch throws CheckpointError naming what differs.
+  void load_checkpoint(const std::filesystem::path& path);
+
   /// Runs the model's forward pass.
   at::Tensor forward(const at::Tensor& input) { return forward_(input); }
   /// Applies the loss function.
@@ -151,6 +165,8 @@ class Trainer {
   bool step_limit_reached() const noexcept;
 
   void ensure_idle() const;
+  void restore_for_resume();
+  void start_training_epoch(BatchSource& train);
   void fire(Event event);
   void open(Event start, Event end);
   void close();
@@ -171,7 +187,12 @@ class Trainer {
   std::size_t window_used_ = 0;
   at::Tensor window_loss_;  // mean loss of the current step's batches
   bool window_has_backward_ = false;
-  bool running_ = false;  // inside fit() or evaluate()
+  bool running_ = false;         // inside fit() or evaluate()
+  bool in_window_ = false;       // between StepStart and the end of the optimizer step
+  bool epoch_finished_ = false;  // during EpochEnd: a checkpoint resumes at the next epoch
+  std::optional<std::filesystem::path> resume_path_;  // applied by the next fit()
+  at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
+  std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
 };
 
 }  // namespace torchbus

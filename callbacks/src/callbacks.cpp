@@ -1,0 +1,2 @@
+// The umbrella header compiles on its own.
+#include <torchbus/callbacks/callbacks.hpp>

@@ -1,0 +1,67 @@
+#pragma once
+
+/// \file
+/// Checkpoint files on disk: a checked header around the payload, atomic writes, and a writer
+/// that moves the disk work off the training thread.
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <future>
+#include <optional>
+#include <string>
+
+namespace torchbus {
+
+/// Version of the checkpoint format this torchbus writes and reads.
+inline constexpr std::uint32_t kCheckpointFormatVersion = 1;
+
+/// File name extension of checkpoints.
+inline constexpr const char* kCheckpointExtension = ".tbckpt";
+
+/// A checkpoint's header fields, readable without parsing the payload.
+struct CheckpointHeader {
+  std::uint32_t format_version = 0;  ///< the format the file was written in
+  std::int64_t step = 0;             ///< optimizer steps completed when it was taken
+};
+
+/// Wraps `payload` in the checkpoint framing: magic, format version, step, size, CRC-32C.
+std::string frame_checkpoint(const std::string& payload, std::int64_t step);
+
+/// Reads `path` and returns its verified payload; throws CheckpointError naming the path and what
+/// is wrong (missing, truncated, corrupt, another format version) otherwise.
+std::string read_checkpoint_payload(const std::filesystem::path& path,
+                                    CheckpointHeader* header = nullptr);
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
+/// fsync of the directory. A reader sees the old file or the new one, never half of one.
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
+
+/// Removes temporary files an interrupted write left in `directory`; returns how many.
+int remove_stale_temporaries(const std::filesystem::path& directory);
+
+/// The valid checkpoint in `directory` with the most steps (the newest written on a tie); corrupt
+/// ones are named in the log and skipped. Nothing when there is none.
+std::optional<std::filesystem::path> newest_valid_checkpoint(
+    const std::filesystem::path& directory);
+
+/// Writes files on a background thread, at most one in flight: `write` waits for the previous
+/// one. Errors of a write are rethrown by the next `write` or `flush`.
+class CheckpointWriter {
+ public:
+  CheckpointWriter() = default;
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  /// Waits for the write in flight (errors are logged, not thrown, here).
+  ~CheckpointWriter();
+
+  /// Starts writing `bytes` to `path` atomically once the previous write finished.
+  void write(std::filesystem::path path, std::string bytes);
+  /// Waits until nothing is in flight; rethrows the error of a failed write.
+  void flush();
+
+ private:
+  std::future<void> in_flight_;
+};
+
+}  // namespace torchbus

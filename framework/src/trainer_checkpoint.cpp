@@ -1,0 +1,346 @@
+// Trainer's checkpoints: what is saved, how it is validated, how a fit resumes.
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torchbus/checkpoint_file.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/trainer.hpp>
+
+#include <cxxabi.h>
+
+#include <sstream>
+
+namespace torchbus {
+namespace {
+
+namespace fs = std::filesystem;
+using torch::serialize::InputArchive;
+using torch::serialize::OutputArchive;
+
+std::string type_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && demangled ? demangled.get() : type.name();
+}
+
+std::string join_lines(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names) out += name + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) names.push_back(line);
+  return names;
+}
+
+at::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+/// Named tensors of one kind (parameters or buffers) as stored in a checkpoint.
+struct NamedTensors {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+};
+
+NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items) {
+  NamedTensors out;
+  for (const auto& item : items) {
+    out.names.push_back(item.key());
+    out.tensors.push_back(item.value().detach());
+  }
+  return out;
+}
+
+/// Reads the entries of one checkpoint, naming the file in every error.
+class CheckpointReader {
+ public:
+  CheckpointReader(const fs::path& path) : path_(path) {  // NOLINT
+    const auto payload = read_checkpoint_payload(path);
+    try {
+      std::istringstream in(payload);
+      archive_.load_from(in);
+    } catch (const c10::Error& error) {
+      fail("cannot be parsed: ", std::string(error.what_without_backtrace()).substr(0, 200));
+    }
+  }
+
+  c10::IValue value(const std::string& key) {
+    c10::IValue value;
+    if (!archive_.try_read(key, value)) fail("has no '", key, "' entry");
+    return value;
+  }
+  at::Tensor tensor(const std::string& key) {
+    at::Tensor tensor;
+    if (!archive_.try_read(key, tensor)) fail("has no '", key, "' tensor");
+    return tensor;
+  }
+  InputArchive nested(const std::string& key) {
+    InputArchive nested;
+    if (!archive_.try_read(key, nested)) fail("has no '", key, "' section");
+    return nested;
+  }
+  NamedTensors named_tensors(const std::string& key) {
+    NamedTensors out;
+    out.names = split_lines(value(key + "_names").toStringRef());
+    out.tensors = value(key).toTensorVector();
+    if (out.names.size() != out.tensors.size()) fail("has a malformed '", key, "' entry");
+    return out;
+  }
+
+  template <typename... Parts>
+  [[noreturn]] void fail(const Parts&... parts) const {
+    throw CheckpointError(detail::concat("checkpoint ", path_.string(), " ", parts...));
+  }
+
+ private:
+  fs::path path_;
+  InputArchive archive_;
+};
+
+std::string describe(const at::Tensor& tensor) {
+  return detail::concat(tensor.sizes(), " ", tensor.dtype());
+}
+
+/// Checks that `stored` holds exactly the tensors of `current`, with the same shapes and dtypes.
+void validate_tensors(const CheckpointReader& reader, const char* kind, const NamedTensors& stored,
+                      const NamedTensors& current) {
+  for (std::size_t i = 0; i < current.names.size(); ++i) {
+    const auto& name = current.names[i];
+    const auto found = std::find(stored.names.begin(), stored.names.end(), name);
+    if (found == stored.names.end()) {
+      reader.fail("has no ", kind, " '", name, "' (the model's is ", describe(current.tensors[i]),
+                  "); was it written for another model?");
+    }
+    const auto& tensor = stored.tensors[static_cast<std::size_t>(found - stored.names.begin())];
+    if (tensor.sizes() != current.tensors[i].sizes() ||
+        tensor.dtype() != current.tensors[i].dtype()) {
+      reader.fail("holds ", kind, " '", name, "' as ", describe(tensor), "; the model's is ",
+                  describe(current.tensors[i]));
+    }
+  }
+  for (const auto& name : stored.names) {
+    if (std::find(current.names.begin(), current.names.end(), name) == current.names.end()) {
+      reader.fail("holds ", kind, " '", name, "' which the model does not have");
+    }
+  }
+}
+
+void copy_into(const NamedTensors& stored, const NamedTensors& current) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < current.names.size(); ++i) {
+    const auto found = std::find(stored.names.begin(), stored.names.end(), current.names[i]);
+    current.tensors[i].copy_(
+        stored.tensors[static_cast<std::size_t>(found - stored.names.begin())]);
+  }
+}
+
+std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) {
+  std::vector<std::int64_t> sizes;
+  for (const auto& group : optimizer.param_groups()) {
+    sizes.push_back(static_cast<std::int64_t>(group.params().size()));
+  }
+  return sizes;
+}
+
+}  // namespace
+
+std::string Trainer::checkpoint_bytes() {
+  TORCHBUS_CHECK(!in_window_, ConfigError,
+                 "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
+                 "runs), not between StepStart and the end of the optimizer step");
+  OutputArchive archive;
+  archive.write("format_version", c10::IValue(static_cast<std::int64_t>(kCheckpointFormatVersion)));
+  // Where the run continues: the next epoch when the current one has finished.
+  const bool next_epoch = epoch_finished_;
+  const auto rng_now = cpu_rng_state();
+  archive.write("position", c10::IValue(std::vector<std::int64_t>{
+                                next_epoch ? state_.epoch + 1 : state_.epoch, state_.step,
+                                next_epoch ? 0 : state_.batch_in_epoch, state_.global_batch}));
+  archive.write("rng", rng_now);
+  archive.write("epoch_start_rng",
+                next_epoch || !epoch_start_rng_.defined() ? rng_now : epoch_start_rng_);
+  for (const auto& [key, items] : {std::make_pair("parameters", module_->named_parameters()),
+                                   std::make_pair("buffers", module_->named_buffers())}) {
+    const auto tensors = collect(items);
+    archive.write(std::string(key) + "_names", c10::IValue(join_lines(tensors.names)));
+    archive.write(key, c10::IValue(c10::List<at::Tensor>(tensors.tensors)));
+  }
+  archive.write("optimizer_type", c10::IValue(type_name(typeid(optimizer_))));
+  archive.write("optimizer_groups", c10::IValue(group_sizes(optimizer_)));
+  OutputArchive optimizer_archive;
+  optimizer_.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  const auto metric_names = state_.metrics.names();
+  archive.write("metric_names", c10::IValue(join_lines(metric_names)));
+  for (std::size_t i = 0; i < metric_names.size(); ++i) {
+    const auto& series = state_.metrics.series(metric_names[i]);
+    auto points = torch::empty({static_cast<std::int64_t>(series.size()), 3}, torch::kDouble);
+    auto view = points.accessor<double, 2>();
+    for (std::size_t j = 0; j < series.size(); ++j) {
+      view[j][0] = static_cast<double>(series[j].step);
+      view[j][1] = static_cast<double>(series[j].epoch);
+      view[j][2] = series[j].value;
+    }
+    archive.write("metric_" + std::to_string(i), points);
+  }
+  std::vector<std::string> callback_names;
+  for (const auto& callback : bus_.callbacks()) {
+    OutputArchive callback_archive;
+    callback->save_state(callback_archive);
+    archive.write("callback_" + std::to_string(callback_names.size()), callback_archive);
+    callback_names.push_back(callback->name());
+  }
+  archive.write("callback_names", c10::IValue(join_lines(callback_names)));
+  archive.write("accumulate_grad_batches", c10::IValue(options_.accumulate_grad_batches()));
+  std::ostringstream payload;
+  archive.save_to(payload);
+  return frame_checkpoint(payload.str(), state_.step);
+}
+
+void Trainer::save_checkpoint(const fs::path& path) {
+  write_file_atomically(path, checkpoint_bytes());
+}
+
+void Trainer::resume_from(fs::path path) {
+  TORCHBUS_CHECK(fs::exists(path), CheckpointError, "cannot resume from ", path.string(),
+                 ": no such file or directory");
+  resume_path_ = std::move(path);
+}
+
+void Trainer::restore_for_resume() {
+  auto path = *resume_path_;
+  resume_path_.reset();
+  if (fs::is_directory(path)) {
+    remove_stale_temporaries(path);
+    const auto newest = newest_valid_checkpoint(path);
+    TORCHBUS_CHECK(newest.has_value(), CheckpointError, "cannot resume: ", path.string(),
+                   " holds no valid checkpoint (*", kCheckpointExtension, ")");
+    path = *newest;
+  }
+  load_checkpoint(path);
+  logger()->info("resumed from {} at epoch {}, step {}, batch {} of the epoch", path.string(),
+                 state_.epoch + 1, state_.step, state_.batch_in_epoch);
+}
+
+void Trainer::load_checkpoint(const fs::path& path) {
+  ensure_idle();
+  CheckpointReader reader(path);
+  // 1. Read and validate everything; nothing changes yet.
+  const auto version = reader.value("format_version").toInt();
+  if (version != kCheckpointFormatVersion) {
+    reader.fail("has payload format version ", version, "; expected ", kCheckpointFormatVersion);
+  }
+  const auto parameters = reader.named_tensors("parameters");
+  const auto buffers = reader.named_tensors("buffers");
+  const auto current_parameters = collect(module_->named_parameters());
+  const auto current_buffers = collect(module_->named_buffers());
+  validate_tensors(reader, "parameter", parameters, current_parameters);
+  validate_tensors(reader, "buffer", buffers, current_buffers);
+  const auto optimizer_type = reader.value("optimizer_type").toStringRef();
+  if (optimizer_type != type_name(typeid(optimizer_))) {
+    reader.fail("was written with optimizer ", optimizer_type, "; this trainer uses ",
+                type_name(typeid(optimizer_)));
+  }
+  const auto groups = reader.value("optimizer_groups").toIntVector();
+  if (groups != group_sizes(optimizer_)) {
+    reader.fail("has optimizer parameter groups of sizes ", c10::IntArrayRef(groups),
+                "; this optimizer's are ", c10::IntArrayRef(group_sizes(optimizer_)));
+  }
+  const auto k = reader.value("accumulate_grad_batches").toInt();
+  if (k != options_.accumulate_grad_batches()) {
+    reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ",
+                options_.accumulate_grad_batches(), " (the accumulation windows would differ)");
+  }
+  auto optimizer_archive = reader.nested("optimizer");
+  const auto position = reader.value("position").toIntVector();
+  if (position.size() != 4) reader.fail("has a malformed 'position' entry");
+  const auto rng = reader.tensor("rng");
+  const auto epoch_start_rng = reader.tensor("epoch_start_rng");
+  std::vector<std::pair<std::string, std::vector<MetricPoint>>> metrics;
+  const auto metric_names = split_lines(reader.value("metric_names").toStringRef());
+  for (std::size_t i = 0; i < metric_names.size(); ++i) {
+    const auto points = reader.tensor("metric_" + std::to_string(i)).to(torch::kDouble);
+    auto view = points.accessor<double, 2>();
+    std::vector<MetricPoint> series;
+    for (std::int64_t j = 0; j < points.size(0); ++j) {
+      series.push_back(MetricPoint{static_cast<std::int64_t>(view[j][0]),
+                                   static_cast<std::int64_t>(view[j][1]), view[j][2]});
+    }
+    metrics.emplace_back(metric_names[i], std::move(series));
+  }
+  const auto callback_names = split_lines(reader.value("callback_names").toStringRef());
+
+  // 2. Callbacks first: one whose load_state throws leaves the model untouched.
+  for (const auto& callback : bus_.callbacks()) {
+    const auto found = std::find(callback_names.begin(), callback_names.end(), callback->name());
+    if (found == callback_names.end()) {
+      logger()->info("checkpoint {} holds no state of callback '{}'; it starts fresh",
+                     path.string(), callback->name());
+      continue;
+    }
+    auto callback_archive =
+        reader.nested("callback_" + std::to_string(found - callback_names.begin()));
+    try {
+      callback->load_state(callback_archive);
+    } catch (const std::exception& error) {
+      reader.fail("holds state of callback '", callback->name(),
+                  "' it cannot load: ", error.what());
+    }
+  }
+  for (const auto& name : callback_names) {
+    if (bus_.find_callback(name) == nullptr) {
+      logger()->warn("checkpoint {} holds state of callback '{}', which this trainer does not have",
+                     path.string(), name);
+    }
+  }
+  // 3. Validated: apply.
+  copy_into(parameters, current_parameters);
+  copy_into(buffers, current_buffers);
+  optimizer_.load(optimizer_archive);
+  state_.metrics.clear();
+  for (auto& [name, series] : metrics) state_.metrics.set_series(name, std::move(series));
+  state_.epoch = position[0];
+  state_.step = position[1];
+  state_.batch_in_epoch = position[2];
+  state_.global_batch = position[3];
+  state_.window_position = 0;
+  resume_skip_ = position[2];
+  epoch_start_rng_ = epoch_start_rng;
+  set_cpu_rng_state(rng);
+}
+
+void Trainer::start_training_epoch(BatchSource& train) {
+  if (resume_skip_ == 0) {
+    epoch_start_rng_ = cpu_rng_state();
+    train.start_epoch(state_.epoch);
+    return;
+  }
+  // Resuming mid-epoch: draw the epoch's order as the interrupted run did, skip what it trained,
+  // then continue with the generator where the checkpoint left it.
+  const auto rng_now = cpu_rng_state();
+  set_cpu_rng_state(epoch_start_rng_);
+  train.start_epoch(state_.epoch);
+  const auto skipped = train.skip(resume_skip_);
+  set_cpu_rng_state(rng_now);
+  TORCHBUS_CHECK(skipped == resume_skip_, DataError, "cannot resume at batch ", resume_skip_,
+                 " of epoch ", state_.epoch, ": the training data yields only ", skipped,
+                 " batches now");
+  state_.batch_in_epoch = resume_skip_;
+  resume_skip_ = 0;
+}
+
+}  // namespace torchbus

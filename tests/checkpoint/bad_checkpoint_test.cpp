@@ -1,0 +1,143 @@
+// A bad checkpoint is a clear CheckpointError naming the file, and never a partly loaded model.
+
+#include "resume_setup.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const auto path = fs::temp_directory_path() / ("torchbus_bad_checkpoint_" + name);
+  fs::remove_all(path);
+  fs::create_directories(path);
+  return path;
+}
+
+/// A valid checkpoint of a short run.
+fs::path good_checkpoint(const fs::path& folder) {
+  ResumeRun run;
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step == 2) run.trainer.save_checkpoint(folder / "good.tbckpt");
+  });
+  run.fit();
+  return folder / "good.tbckpt";
+}
+
+std::string bytes_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// Loading `file` throws a CheckpointError containing `part`, and leaves the model as it was.
+void expect_rejected(const fs::path& file, const std::string& part) {
+  ResumeRun target(77);
+  const auto before = snapshot_parameters(*target.model);
+  try {
+    target.trainer.load_checkpoint(file);
+    BOOST_FAIL("no error loading " << file);
+  } catch (const CheckpointError& error) {
+    const std::string message = error.what();
+    BOOST_TEST(message.find(part) != std::string::npos, message);
+    BOOST_TEST(message.find(file.string()) != std::string::npos, message);
+  }
+  const auto after = snapshot_parameters(*target.model);
+  for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(before[i], after[i]));
+  BOOST_TEST(target.trainer.state().step == 0);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bad_checkpoint)
+
+BOOST_AUTO_TEST_CASE(truncated_at_several_offsets) {
+  const auto folder = scratch("truncated");
+  const auto bytes = bytes_of(good_checkpoint(folder));
+  for (const std::size_t length : {std::size_t{0}, std::size_t{7}, std::size_t{31}, std::size_t{40},
+                                   bytes.size() / 2, bytes.size() - 1}) {
+    const auto file = folder / ("cut-" + std::to_string(length) + ".tbckpt");
+    write_bytes(file, bytes.substr(0, length));
+    expect_rejected(file, length < 32 ? "is not a torchbus checkpoint" : "is truncated");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(flipped_bytes) {
+  const auto folder = scratch("flipped");
+  auto bytes = bytes_of(good_checkpoint(folder));
+  for (const std::size_t offset : {bytes.size() / 3, bytes.size() / 2, bytes.size() - 5}) {
+    auto corrupt = bytes;
+    corrupt[offset] = static_cast<char>(corrupt[offset] ^ 0x10);
+    const auto file = folder / ("flip-" + std::to_string(offset) + ".tbckpt");
+    write_bytes(file, corrupt);
+    expect_rejected(file, "is corrupt");
+  }
+  bytes[9] = 7;  // the format version field
+  write_bytes(folder / "version.tbckpt", bytes);
+  expect_rejected(folder / "version.tbckpt", "format version");
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_of_another_model) {
+  const auto folder = scratch("other_model");
+  torch::manual_seed(1);
+  auto wide = torch::nn::Sequential(torch::nn::Linear(5, 32), torch::nn::ReLU(),
+                                    torch::nn::Dropout(0.2), torch::nn::Linear(32, 3));
+  torch::optim::Adam adam(wide->parameters());
+  Trainer trainer(wide, adam, ResumeRun::loss, TrainerOptions().accumulate_grad_batches(2));
+  trainer.save_checkpoint(folder / "wide.tbckpt");
+  expect_rejected(folder / "wide.tbckpt",
+                  "holds parameter '0.weight' as [32, 5] float; the model's is [16, 5] float");
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_of_another_optimizer_or_accumulation) {
+  const auto folder = scratch("other_optimizer");
+  auto model = ResumeRun::make_model(5);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, ResumeRun::loss, TrainerOptions().accumulate_grad_batches(2));
+  trainer.save_checkpoint(folder / "sgd.tbckpt");
+  expect_rejected(
+      folder / "sgd.tbckpt",
+      "was written with optimizer torch::optim::SGD; this trainer uses torch::optim::Adam");
+
+  auto model2 = ResumeRun::make_model(5);
+  torch::optim::Adam adam(model2->parameters());
+  Trainer trainer2(model2, adam, ResumeRun::loss, TrainerOptions().accumulate_grad_batches(3));
+  trainer2.save_checkpoint(folder / "k3.tbckpt");
+  expect_rejected(folder / "k3.tbckpt", "accumulate_grad_batches 3; this trainer uses 2");
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_and_folder_without_a_valid_checkpoint) {
+  ResumeRun run;
+  BOOST_CHECK_EXCEPTION(run.trainer.resume_from("/no/such/checkpoint.tbckpt"), CheckpointError,
+                        [](const CheckpointError& e) {
+                          return std::string(e.what()).find("no such file") != std::string::npos;
+                        });
+  expect_rejected("/no/such/checkpoint.tbckpt", "no such file");
+  const auto folder = scratch("no_valid");
+  write_bytes(folder / "broken.tbckpt", "not a checkpoint");
+  run.trainer.resume_from(folder);
+  BOOST_CHECK_EXCEPTION(run.fit(), CheckpointError, [](const CheckpointError& e) {
+    return std::string(e.what()).find("holds no valid checkpoint") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_inside_a_window_is_refused) {
+  ResumeRun run;
+  run.trainer.on(Event::AfterBackward,
+                 [&](State&) { run.trainer.save_checkpoint(scratch("window") / "x.tbckpt"); });
+  BOOST_CHECK_EXCEPTION(run.fit(), ConfigError, [](const ConfigError& e) {
+    return std::string(e.what()).find("only be taken at a step boundary") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,106 @@
+// Exact resume in one process: an interrupted run continued from its checkpoint ends with the
+// uninterrupted run's weights, optimizer state and batches.
+
+#include "resume_setup.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const auto path = fs::temp_directory_path() / ("torchbus_resume_" + name);
+  fs::remove_all(path);
+  fs::create_directories(path);
+  return path;
+}
+
+struct Killed : std::runtime_error {
+  Killed() : std::runtime_error("killed after saving") {}
+};
+
+/// Runs until `event` at `count` (state.step for StepEnd, state.epoch for EpochEnd), saves, dies.
+std::vector<std::string> interrupted_run(Event event, std::int64_t count, const fs::path& file) {
+  ResumeRun run;
+  run.trainer.on(event, [&](State& s) {
+    if ((event == Event::StepEnd ? s.step : s.epoch) == count) {
+      run.trainer.save_checkpoint(file);
+      throw Killed();
+    }
+  });
+  BOOST_CHECK_THROW(run.fit(), Killed);
+  return run.seen;
+}
+
+void check_resume(Event event, std::int64_t count, const std::string& name) {
+  ResumeRun uninterrupted;
+  uninterrupted.fit();
+  const auto file = scratch(name) / "checkpoint.tbckpt";
+  const auto before = interrupted_run(event, count, file);
+
+  ResumeRun resumed(/*init_seed=*/99);  // other initial weights: the checkpoint must restore them
+  resumed.trainer.resume_from(file);
+  resumed.fit();
+
+  BOOST_TEST(resumed.trainer.state().step == 12);
+  const auto a = uninterrupted.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]), name);
+  const auto state_a = adam_state(uninterrupted.optimizer);
+  const auto state_b = adam_state(resumed.optimizer);
+  for (std::size_t i = 0; i < state_a.size(); ++i)
+    BOOST_TEST(torch::equal(state_a[i], state_b[i]), name);
+  BOOST_TEST(stitch(before, resumed.seen) == uninterrupted.seen, boost::test_tools::per_element());
+  BOOST_TEST(resumed.trainer.state().metrics.series("train_loss").size() == 12u);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(resume)
+
+BOOST_AUTO_TEST_CASE(after_the_first_step) {
+  check_resume(Event::StepEnd, 1, "step1");
+}
+BOOST_AUTO_TEST_CASE(mid_epoch) {
+  check_resume(Event::StepEnd, 6, "step6");
+}
+BOOST_AUTO_TEST_CASE(after_the_last_step_of_an_epoch) {
+  check_resume(Event::StepEnd, 8, "step8");
+}
+BOOST_AUTO_TEST_CASE(at_epoch_end) {
+  check_resume(Event::EpochEnd, 0, "epoch0");
+}
+
+BOOST_AUTO_TEST_CASE(from_the_newest_valid_checkpoint_of_a_folder) {
+  ResumeRun uninterrupted;
+  uninterrupted.fit();
+  const auto folder = scratch("folder");
+  ResumeRun interrupted;
+  interrupted.trainer.on(Event::StepEnd, [&](State& s) {
+    interrupted.trainer.save_checkpoint(folder / ("step-" + std::to_string(s.step) + ".tbckpt"));
+    if (s.step == 7) throw Killed();
+  });
+  BOOST_CHECK_THROW(interrupted.fit(), Killed);
+  // The newest is corrupt, and an interrupted write left a temporary file.
+  std::ofstream(folder / "step-7.tbckpt", std::ios::binary | std::ios::trunc) << "garbage";
+  std::ofstream(folder / "step-8.tbckpt.tmp-4242") << "partial";
+
+  ResumeRun resumed(99);
+  std::int64_t resumed_step = -1;
+  resumed.trainer.on(Event::ActionStart, [&](State& s) { resumed_step = s.step; });
+  resumed.trainer.resume_from(folder);
+  resumed.fit();
+  BOOST_TEST(resumed_step == 6);
+  BOOST_TEST(!fs::exists(folder / "step-8.tbckpt.tmp-4242"));
+  const auto a = uninterrupted.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
