@@ -1,0 +1,112 @@
+// Exact resume across processes: a worker killed with SIGKILL at chosen steps, also right as it
+// starts writing a checkpoint, resumes and ends with the weights, optimizer state and batches of
+// a run that was never interrupted.
+
+#include "resume_setup.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <boost/test/unit_test.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Runs the worker on `directory`, logging to `log`. With `kill_at` set, sends SIGKILL as soon as
+/// the worker prints that line; returns whether it finished by itself.
+bool run_worker(const fs::path& directory, const fs::path& log, const std::string& kill_at = "") {
+  int pipe_fds[2];
+  BOOST_REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t pid = fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    execl(TORCHBUS_RESUME_WORKER, TORCHBUS_RESUME_WORKER, directory.c_str(), log.c_str(), nullptr);
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  FILE* output = fdopen(pipe_fds[0], "r");
+  char line[256];
+  bool finished = false;
+  while (std::fgets(line, sizeof line, output) != nullptr) {
+    const std::string text(line);
+    if (!kill_at.empty() && text == kill_at + "\n") {
+      kill(pid, SIGKILL);
+      break;
+    }
+    finished = finished || text == "finished\n";
+  }
+  std::fclose(output);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::vector<std::string> read_lines(const fs::path& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+fs::path fresh(const std::string& name) {
+  const auto path = fs::temp_directory_path() / ("torchbus_kill_" + name);
+  fs::remove_all(path);
+  fs::create_directories(path);
+  return path;
+}
+
+struct Final {
+  torch::nn::Sequential model = ResumeRun::make_model(0);
+  torch::optim::Adam optimizer{model->parameters(), torch::optim::AdamOptions(1e-2)};
+  explicit Final(const fs::path& directory) {
+    torch::load(model, (directory / "final-model.pt").string());
+    torch::load(optimizer, (directory / "final-optimizer.pt").string());
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(killed_process)
+
+BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
+  const auto reference_dir = fresh("reference");
+  BOOST_TEST_REQUIRE(run_worker(reference_dir, reference_dir / "batches.log"));
+  const Final reference(reference_dir);
+  const auto reference_batches = read_lines(reference_dir / "batches.log");
+  BOOST_TEST_REQUIRE(reference_batches.size() == 24u);
+
+  // "saved N": killed after step N's checkpoint; "saving N": killed as step N's write begins, so
+  // the run must resume from step N - 1 (or N if the write completed).
+  for (const std::string kill_at : {"saved 1", "saving 6", "saved 8", "saving 11"}) {
+    const auto dir =
+        fresh(kill_at.substr(0, kill_at.find(' ')) + kill_at.substr(kill_at.find(' ') + 1));
+    BOOST_TEST_REQUIRE(!run_worker(dir, dir / "before.log", kill_at), kill_at);
+    BOOST_TEST_REQUIRE(run_worker(dir, dir / "after.log"), kill_at);
+    const Final resumed(dir);
+    auto a = reference.model->parameters();
+    auto b = resumed.model->parameters();
+    for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]), kill_at);
+    auto& reference_optimizer = const_cast<torch::optim::Adam&>(reference.optimizer);
+    auto& resumed_optimizer = const_cast<torch::optim::Adam&>(resumed.optimizer);
+    const auto state_a = adam_state(reference_optimizer);
+    const auto state_b = adam_state(resumed_optimizer);
+    for (std::size_t i = 0; i < state_a.size(); ++i)
+      BOOST_TEST(torch::equal(state_a[i], state_b[i]), kill_at);
+    const auto stitched = stitch(read_lines(dir / "before.log"), read_lines(dir / "after.log"));
+    BOOST_TEST(stitched == reference_batches, boost::test_tools::per_element());
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      BOOST_TEST(entry.path().filename().string().find(".tmp-") == std::string::npos, kill_at);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

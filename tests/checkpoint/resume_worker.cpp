@@ -1,0 +1,39 @@
+// Worker for kill_test.cpp: trains the ResumeRun, checkpointing into DIR after every step and
+// resuming from DIR when it holds a checkpoint. Appends "global_batch:rows" per batch to LOG and
+// prints "saving N" / "saved N" around each checkpoint; at the end saves the model and optimizer
+// to DIR/final-model.pt and DIR/final-optimizer.pt.
+// Usage: resume_worker DIR LOG
+
+#include "resume_setup.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: resume_worker DIR LOG\n";
+    return 2;
+  }
+  namespace fs = std::filesystem;
+  const fs::path directory(argv[1]);
+  std::ofstream log(argv[2], std::ios::app);
+  torchbus::testing::ResumeRun run;
+  run.trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State&) {
+    log << run.seen.back() << "\n" << std::flush;
+  });
+  run.trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
+    std::cout << "saving " << state.step << std::endl;
+    run.trainer.save_checkpoint(directory / ("step-" + std::to_string(state.step) + ".tbckpt"));
+    std::cout << "saved " << state.step << std::endl;
+  });
+  bool has_checkpoint = false;
+  for (const auto& entry : fs::directory_iterator(directory)) {
+    has_checkpoint = has_checkpoint || entry.path().extension() == ".tbckpt";
+  }
+  if (has_checkpoint) run.trainer.resume_from(directory);
+  run.fit();
+  torch::save(run.model, (directory / "final-model.pt").string());
+  torch::save(run.optimizer, (directory / "final-optimizer.pt").string());
+  std::cout << "finished" << std::endl;
+}
