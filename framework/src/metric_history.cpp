@@ -1,6 +1,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/metric_history.hpp>
 
+#include <ATen/Dispatch.h>
 #include <ATen/ops/stack.h>
 
 namespace torchbus {
@@ -50,6 +51,15 @@ void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_
                            at::Tensor value) {
   TORCHBUS_CHECK(value.numel() == 1, Error, "metric '", name,
                  "' must be recorded as a one-element tensor, got shape ", value.sizes());
+  if (value.device().is_cpu()) {
+    // Reading a CPU tensor is no host sync: store the number now, without a dispatcher call.
+    double number = 0.0;
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, value.scalar_type(),
+                               "record_metric",
+                               [&] { number = static_cast<double>(*value.data_ptr<scalar_t>()); });
+    record(name, step, epoch, number);
+    return;
+  }
   auto& series = series_for(name);
   series.points.push_back(MetricPoint{step, epoch, 0.0});
   series.pending.push_back(value.detach().reshape({}));

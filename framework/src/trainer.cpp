@@ -223,11 +223,16 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   if (validation && every > 0 && !state_.stop_requested() && (state_.epoch + 1) % every == 0) {
     run_evaluation(*validation);
   }
-  epoch_finished_ = true;
+  // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
+  // ActionEnd continues it where it stopped.
+  epoch_finished_ = !more;
   close();  // EpochEnd
   epoch_finished_ = false;
   state_.tensors.clear(Scope::Epoch);
-  ++state_.epoch;
+  if (!more) {
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+  }
 }
 
 bool Trainer::fill_window(BatchSource& train) {
@@ -284,8 +289,10 @@ void Trainer::run_batch(Batch& batch) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
       scaled.backward();
-      const auto contribution = scaled.detach();
-      window_loss_ = window_loss_.defined() ? window_loss_ + contribution : contribution;
+      // A window of one batch reports its loss as is; longer windows sum their scaled losses.
+      window_loss_ = window == 1 ? loss
+                     : window_loss_.defined() ? window_loss_ + scaled.detach()
+                                              : scaled.detach();
       window_has_backward_ = true;
       fire(Event::AfterBackward);
     }

@@ -22,9 +22,9 @@ struct MetricPoint {
 /// Whether lower or higher values of a metric are better.
 enum class Mode : std::uint8_t { Min, Max };
 
-/// Metric name -> series of points. Tensor values are kept as tensors and read (a host sync) only
-/// when someone asks for the series, or every `kMaxPending` points, so recording in the loop costs
-/// no sync.
+/// Metric name -> series of points. Values of CPU tensors are read at once (no sync on the CPU);
+/// tensors on an accelerator are kept and read (a host sync) only when someone asks for the series,
+/// or every `kMaxPending` points, so recording in the loop costs no sync.
 class MetricHistory {
  public:
   /// Pending tensor values after which they are resolved in one go.

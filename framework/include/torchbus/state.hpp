@@ -25,7 +25,7 @@ namespace torchbus {
 /// Shared state of a run, passed as `State&` to every slot. Counters are plain fields.
 struct State {
   // Counters. All are 0-based indices except `step`, which counts completed optimizer steps.
-  std::int64_t epoch = 0;            ///< index of the current epoch
+  std::int64_t epoch = 0;            ///< index of the current epoch (after a run: epochs completed)
   std::int64_t step = 0;             ///< optimizer steps completed (at StepEnd: includes this one)
   std::int64_t batch_in_epoch = 0;   ///< index of the current batch within the epoch
   std::int64_t global_batch = 0;     ///< index of the current batch since the run began

@@ -1,0 +1,680 @@
+// End-to-end cost of the Trainer against a hand-written LibTorch loop, side by side in one process.
+//
+// Variants, each on its own copy of the model (same initial weights) over the same batches:
+//   hand     (a) zero_grad, forward, cross_entropy, backward, step — what users write today
+//   none     (b) Trainer with no subscribers
+//   typical  (c) Trainer with a StepEnd lambda, a class callback (on_batch_end + on_step_end), an
+//                every(50) StepEnd "logger" that reads the loss with item(), and the metric
+//                history the Trainer records itself
+//   logging  (e) typical + a StepEnd subscriber that reads the loss with item() every step and
+//                appends a CSV line to a file, flushed per line (stand-in for the CSV logger)
+//   python   (d) the hand loop in Python PyTorch, run by benchmarks/python_loop.py --serve in a
+//                child process that this program drives, so that it is interleaved too
+// Models: mlp32 = 32-64-10 with batch 32, mlp784 = 784-256-10 with batch 64; SGD lr 0.01.
+//
+// Each round runs every variant once for the same number of steps (the order rotates between
+// rounds); the reported time is the median over rounds of the time per optimizer step. With one
+// thread the clock is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID; Python: time.thread_time),
+// which ignores time the process spends descheduled by other load on the machine; with more
+// threads, or with --clock wall, it is wall-clock time. Both are printed in the table.
+// Output: a table, then name=value lines (see docs/performance.md).
+
+#include <torch/torch.h>
+#include <torchbus/torchbus.hpp>
+
+#include <dlfcn.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using torchbus::Batch;
+using torchbus::Event;
+using torchbus::State;
+
+constexpr std::uint64_t kSeed = 1234;
+constexpr int kBatchesPerEpoch = 64;
+constexpr double kLearningRate = 0.01;
+
+// ---- options ------------------------------------------------------------------------------------
+
+struct Options {
+  int threads = 1;
+  int blas_threads = 0;  // 0: same as threads
+  int rounds = 15;
+  int warmup_rounds = 1;
+  int epochs_mlp32 = 8;   // 512 steps per variant per round
+  int epochs_mlp784 = 2;  // 128 steps
+  std::string clock;      // "cpu" or "wall"; empty: cpu with 1 thread, else wall
+  std::vector<std::string> models = {"mlp32", "mlp784"};
+  std::vector<std::string> variants = {"hand", "none", "typical", "logging", "python"};
+  std::string python_script;  // empty: no python variant
+  std::string python_exe = "/usr/bin/python3";
+  std::string csv_path;  // empty: a file in the temp directory
+};
+
+[[noreturn]] void usage(const char* program, int status) {
+  (status == 0 ? std::cout : std::cerr)
+      << "usage: " << program << " [options]\n"
+      << "  --threads N        torch::set_num_threads and OpenBLAS threads (default 1)\n"
+      << "  --blas-threads N   OpenBLAS threads when they should differ from --threads\n"
+      << "  --rounds N         measured rounds (default 15)\n"
+      << "  --warmup N         warm-up rounds, not measured (default 1)\n"
+      << "  --epochs-mlp32 N   epochs of 64 batches per variant per round (default 8)\n"
+      << "  --epochs-mlp784 N  (default 2)\n"
+      << "  --quick            --rounds 5 --epochs-mlp32 4 --epochs-mlp784 1\n"
+      << "  --clock cpu|wall   what is timed (default: cpu with 1 thread, wall otherwise)\n"
+      << "  --models LIST      comma-separated subset of mlp32,mlp784\n"
+      << "  --variants LIST    subset of hand,none,typical,logging,python (e.g. for callgrind)\n"
+      << "  --python SCRIPT    also run variant (d): SCRIPT is benchmarks/python_loop.py\n"
+      << "  --python-exe EXE   interpreter with torch (default /usr/bin/python3)\n"
+      << "  --csv PATH         file written by the logging variant (default: temp dir)\n";
+  std::exit(status);
+}
+
+int to_int(const char* text, const std::string& flag) {
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || value > 1000000) {
+    std::cerr << "loop_bench: " << flag << " needs a non-negative integer, got '" << text << "'\n";
+    std::exit(2);
+  }
+  return static_cast<int>(value);
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> items;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::cerr << "loop_bench: " << arg << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--threads") {
+      options.threads = std::max(1, to_int(value(), arg));
+    } else if (arg == "--blas-threads") {
+      options.blas_threads = std::max(1, to_int(value(), arg));
+    } else if (arg == "--rounds") {
+      options.rounds = std::max(1, to_int(value(), arg));
+    } else if (arg == "--warmup") {
+      options.warmup_rounds = to_int(value(), arg);
+    } else if (arg == "--epochs-mlp32") {
+      options.epochs_mlp32 = std::max(1, to_int(value(), arg));
+    } else if (arg == "--epochs-mlp784") {
+      options.epochs_mlp784 = std::max(1, to_int(value(), arg));
+    } else if (arg == "--quick") {
+      options.rounds = 5;
+      options.epochs_mlp32 = 4;
+      options.epochs_mlp784 = 1;
+    } else if (arg == "--clock") {
+      options.clock = value();
+      if (options.clock != "cpu" && options.clock != "wall") {
+        std::cerr << "loop_bench: --clock needs cpu or wall, got '" << options.clock << "'\n";
+        std::exit(2);
+      }
+    } else if (arg == "--models") {
+      options.models = split(value());
+      for (const auto& model : options.models) {
+        if (model != "mlp32" && model != "mlp784") {
+          std::cerr << "loop_bench: unknown model '" << model << "'; expected mlp32 or mlp784\n";
+          std::exit(2);
+        }
+      }
+    } else if (arg == "--variants") {
+      options.variants = split(value());
+      for (const auto& variant : options.variants) {
+        if (variant != "hand" && variant != "none" && variant != "typical" &&
+            variant != "logging" && variant != "python") {
+          std::cerr << "loop_bench: unknown variant '" << variant << "'\n";
+          std::exit(2);
+        }
+      }
+    } else if (arg == "--python") {
+      options.python_script = value();
+    } else if (arg == "--python-exe") {
+      options.python_exe = value();
+    } else if (arg == "--csv") {
+      options.csv_path = value();
+    } else if (arg == "--help" || arg == "-h") {
+      usage(argv[0], 0);
+    } else {
+      std::cerr << "loop_bench: unknown option '" << arg << "'\n";
+      usage(argv[0], 2);
+    }
+  }
+  if (options.blas_threads == 0) options.blas_threads = options.threads;
+  if (options.clock.empty()) {
+    options.clock = options.threads == 1 && options.blas_threads == 1 ? "cpu" : "wall";
+  }
+  return options;
+}
+
+/// CPU time of the calling thread, in seconds.
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Time of one run of a variant.
+struct Timing {
+  double wall = 0.0;  ///< seconds
+  double cpu = 0.0;   ///< seconds of the running thread's CPU time
+  std::int64_t steps = 0;
+};
+
+// ---- BLAS ---------------------------------------------------------------------------------------
+
+/// OpenBLAS keeps its own thread pool, which torch::set_num_threads does not size. Set it through
+/// the loaded libblas.so.3 when that is OpenBLAS; report which BLAS it is.
+std::string configure_blas(int threads) {
+  void* blas = dlopen("libblas.so.3", RTLD_LAZY | RTLD_NOLOAD);
+  if (blas == nullptr) return "unknown (libblas.so.3 not loaded)";
+  using SetThreads = void (*)(int);
+  using GetConfig = char* (*)();
+  auto set_threads = reinterpret_cast<SetThreads>(dlsym(blas, "openblas_set_num_threads"));
+  auto get_config = reinterpret_cast<GetConfig>(dlsym(blas, "openblas_get_config"));
+  if (set_threads == nullptr) {
+    return "REFERENCE BLAS (not OpenBLAS: install libopenblas0-pthread, see docs/performance.md)";
+  }
+  set_threads(threads);
+  return std::string("OpenBLAS ") + (get_config != nullptr ? get_config() : "");
+}
+
+// ---- workloads ----------------------------------------------------------------------------------
+
+struct ModelSpec {
+  std::string name;
+  std::int64_t inputs, hidden, classes, batch;
+  int epochs;
+};
+
+torch::nn::Sequential make_model(const ModelSpec& spec) {
+  torch::manual_seed(kSeed);  // every variant starts from the same weights
+  return torch::nn::Sequential(torch::nn::Linear(spec.inputs, spec.hidden), torch::nn::ReLU(),
+                               torch::nn::Linear(spec.hidden, spec.classes));
+}
+
+std::vector<Batch> make_batches(const ModelSpec& spec) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(kSeed);
+  std::vector<Batch> batches;
+  batches.reserve(kBatchesPerEpoch);
+  for (int i = 0; i < kBatchesPerEpoch; ++i) {
+    auto data = at::randn({spec.batch, spec.inputs}, generator);
+    auto target = at::randint(0, spec.classes, {spec.batch}, generator, at::kLong);
+    batches.emplace_back(std::move(data), std::move(target));
+  }
+  return batches;
+}
+
+at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+/// One variant: runs its model's epoch count once and returns the optimizer steps taken.
+class Variant {
+ public:
+  virtual ~Variant() = default;
+  virtual std::int64_t run() = 0;
+  /// The weights, to check that the C++ variants do the same arithmetic (empty when not known).
+  virtual std::vector<at::Tensor> parameters() { return {}; }
+  /// Whether the variant's subscribers ran as expected (checked after the last round).
+  virtual bool subscribers_ran() const { return true; }
+};
+
+/// (a) The hand-written loop.
+class HandLoop final : public Variant {
+ public:
+  HandLoop(const ModelSpec& spec, std::vector<Batch>& batches)
+      : model_(make_model(spec)),
+        optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
+        batches_(batches),
+        epochs_(spec.epochs) {}
+
+  std::int64_t run() override {
+    model_->train();
+    std::int64_t steps = 0;
+    for (int epoch = 0; epoch < epochs_; ++epoch) {
+      for (auto& batch : batches_) {
+        optimizer_.zero_grad();
+        auto output = model_->forward(batch.data);
+        auto loss = cross_entropy(output, batch.target);
+        loss.backward();
+        optimizer_.step();
+        ++steps;
+      }
+    }
+    return steps;
+  }
+  std::vector<at::Tensor> parameters() override { return model_->parameters(); }
+
+ private:
+  torch::nn::Sequential model_;
+  torch::optim::SGD optimizer_;
+  std::vector<Batch>& batches_;
+  int epochs_;
+};
+
+/// The class callback of the typical set: trivial work on two hooks.
+class CountingCallback final : public torchbus::Callback {
+ public:
+  CountingCallback() : Callback("counting") {}
+  void on_batch_end(State& state) override {
+    if (state.tensors.contains("output")) ++batches_with_output_;
+  }
+  void on_step_end(State& state) override { last_step_ = state.step; }
+  std::int64_t batches_with_output() const { return batches_with_output_; }
+
+ private:
+  std::int64_t batches_with_output_ = 0;
+  std::int64_t last_step_ = 0;
+};
+
+enum class Subscribers { None, Typical, Logging };
+
+/// (b), (c), (e): the Trainer with a given set of subscribers. One Trainer per variant, reused
+/// by every round (fit resets the counters and the metric history).
+class TrainerLoop final : public Variant {
+ public:
+  TrainerLoop(const ModelSpec& spec, std::vector<Batch>& batches, Subscribers subscribers,
+              const std::string& csv_path)
+      : model_(make_model(spec)),
+        optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
+        batches_(batches),
+        trainer_(model_, optimizer_, cross_entropy,
+                 torchbus::TrainerOptions()
+                     .max_epochs(spec.epochs)
+                     .use_registered_subscriptions(false)) {
+    if (subscribers == Subscribers::None) return;
+    // A lambda on StepEnd.
+    trainer_.on(Event::StepEnd, [this](State& state) { step_sum_ += state.step; });
+    // A class callback overriding two hooks.
+    callback_ = std::make_shared<CountingCallback>();
+    trainer_.add(callback_);
+    // The logger stand-in: every 50 steps, read the loss (a host sync at that frequency).
+    trainer_.on(Event::StepEnd, torchbus::every(50),
+                [this](State& state) { logged_loss_ += state.tensors.get("loss").item<double>(); });
+    if (subscribers == Subscribers::Typical) return;
+    // Logging every step: item() each step, one CSV line per step, flushed.
+    csv_.open(csv_path, std::ios::out | std::ios::trunc);
+    if (!csv_) throw std::runtime_error("cannot write " + csv_path);
+    csv_ << "epoch,step,loss\n";
+    trainer_.on(Event::StepEnd, [this](State& state) {
+      const double loss = state.tensors.get("loss").item<double>();
+      csv_ << state.epoch << ',' << state.step << ',' << loss << '\n';
+      csv_.flush();
+    });
+  }
+
+  std::int64_t run() override {
+    trainer_.fit(batches_);
+    return trainer_.state().step;
+  }
+  std::vector<at::Tensor> parameters() override { return model_->parameters(); }
+  bool subscribers_ran() const override {
+    if (!callback_) return true;
+    const bool logged = !csv_.is_open() || csv_.tellp() > 0;
+    return step_sum_ > 0 && callback_->batches_with_output() > 0 && logged_loss_ != 0.0 && logged;
+  }
+
+ private:
+  torch::nn::Sequential model_;
+  torch::optim::SGD optimizer_;
+  std::vector<Batch>& batches_;
+  torchbus::Trainer trainer_;
+  std::shared_ptr<CountingCallback> callback_;
+  mutable std::ofstream csv_;  // tellp() is not const
+  std::int64_t step_sum_ = 0;
+  double logged_loss_ = 0.0;
+};
+
+// ---- the Python variant
+// ---------------------------------------------------------------------------
+
+/// benchmarks/python_loop.py --serve in a child process, driven over two pipes.
+class PythonServer {
+ public:
+  PythonServer(const std::string& exe, const std::string& script, int threads, int blas_threads) {
+    int to_child[2];
+    int from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(to_child[0], STDIN_FILENO);
+      dup2(from_child[1], STDOUT_FILENO);
+      close(to_child[0]);
+      close(to_child[1]);
+      close(from_child[0]);
+      close(from_child[1]);
+      const std::string threads_arg = std::to_string(threads);
+      const std::string blas_threads_arg = std::to_string(blas_threads);
+      execl(exe.c_str(), exe.c_str(), script.c_str(), "--serve", "--threads", threads_arg.c_str(),
+            "--blas-threads", blas_threads_arg.c_str(), static_cast<char*>(nullptr));
+      std::perror(("loop_bench: cannot run " + exe).c_str());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    if (read_line() != "ready") throw std::runtime_error("python_loop.py did not start");
+  }
+  ~PythonServer() {
+    if (in_ != nullptr) {
+      std::fputs("quit\n", in_);
+      std::fclose(in_);
+    }
+    if (out_ != nullptr) std::fclose(out_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  PythonServer(const PythonServer&) = delete;
+  PythonServer& operator=(const PythonServer&) = delete;
+
+  /// Runs `epochs` epochs of `model` in Python, timed by Python.
+  Timing run(const std::string& model, int epochs) {
+    std::fprintf(in_, "run %s %d\n", model.c_str(), epochs);
+    std::fflush(in_);
+    std::istringstream reply(read_line());
+    Timing timing;
+    if (!(reply >> timing.wall >> timing.cpu >> timing.steps) || timing.steps <= 0) {
+      throw std::runtime_error("bad reply from python_loop.py: '" + reply.str() + "'");
+    }
+    return timing;
+  }
+
+ private:
+  std::string read_line() {
+    std::string line;
+    for (int c = std::fgetc(out_); c != EOF && c != '\n'; c = std::fgetc(out_)) {
+      line.push_back(static_cast<char>(c));
+    }
+    return line;
+  }
+
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
+// ---- statistics and report
+// ------------------------------------------------------------------------
+
+double median(std::vector<double> values) {
+  if (values.empty()) return std::nan("");
+  std::sort(values.begin(), values.end());
+  const auto n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+const std::vector<std::string> kVariants = {"hand", "none", "typical", "logging", "python"};
+
+std::string describe(const std::string& variant) {
+  if (variant == "hand") return "(a) hand-written LibTorch loop";
+  if (variant == "none") return "(b) Trainer, no subscribers";
+  if (variant == "typical") return "(c) Trainer, typical subscribers";
+  if (variant == "logging") return "(e) (c) + item() + CSV line every step";
+  return "(d) Python PyTorch hand loop";
+}
+
+bool same_weights(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+std::string fixed(double value, int digits) {
+  if (std::isnan(value)) return "nan";
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+/// Removes a file when it goes out of scope.
+struct RemoveFile {
+  std::string path;
+  ~RemoveFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+};
+
+int run(const Options& options) {
+  torch::set_num_threads(options.threads);
+  const std::string blas = configure_blas(options.blas_threads);
+  const bool cpu_clock = options.clock == "cpu";
+
+  std::vector<ModelSpec> specs;
+  for (const auto& model : options.models) {
+    if (model == "mlp32") specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32});
+    if (model == "mlp784") specs.push_back({"mlp784", 784, 256, 10, 64, options.epochs_mlp784});
+  }
+  const std::string csv_path = options.csv_path.empty()
+                                   ? (std::filesystem::temp_directory_path() /
+                                      ("torchbus_loop_bench_" + std::to_string(getpid()) + ".csv"))
+                                         .string()
+                                   : options.csv_path;
+  const RemoveFile remove_csv{csv_path};
+
+  std::unique_ptr<PythonServer> python;
+  const auto wanted = [&](const std::string& variant) {
+    return std::find(options.variants.begin(), options.variants.end(), variant) !=
+           options.variants.end();
+  };
+  if (!options.python_script.empty() && wanted("python")) {
+    try {
+      python = std::make_unique<PythonServer>(options.python_exe, options.python_script,
+                                              options.threads, options.blas_threads);
+    } catch (const std::exception& error) {
+      std::cerr << "loop_bench: python variant skipped: " << error.what() << '\n';
+    }
+  }
+
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::cout << "torchbus loop benchmark: " << options.rounds << " rounds (+"
+            << options.warmup_rounds << " warm-up), intra-op threads " << at::get_num_threads()
+            << ", OpenBLAS threads " << options.blas_threads << ", clock "
+            << (cpu_clock ? "thread CPU time" : "wall") << ", load average " << fixed(load[0], 2)
+            << "\nBLAS: " << blas << "\n";
+
+  // times[model][variant] = per-step times (us) of the measured rounds, by the chosen clock;
+  // other_times: by the other clock (shown in the table only).
+  std::map<std::string, std::map<std::string, std::vector<double>>> times;
+  std::map<std::string, std::map<std::string, std::vector<double>>> other_times;
+  std::optional<bool> weights_match;  // checked when every C++ variant runs
+  for (const auto& spec : specs) {
+    auto batches = make_batches(spec);
+    std::map<std::string, std::unique_ptr<Variant>> variants;
+    variants["hand"] = std::make_unique<HandLoop>(spec, batches);
+    variants["none"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::None, csv_path);
+    variants["typical"] =
+        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical, csv_path);
+    variants["logging"] =
+        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging, csv_path);
+    std::vector<std::string> order;
+    for (const auto* name : {"hand", "none", "typical", "logging"}) {
+      if (wanted(name)) order.emplace_back(name);
+    }
+    if (python) order.emplace_back("python");
+    if (order.empty()) {
+      std::cerr << "loop_bench: no variant to run (--variants python needs --python)\n";
+      return 2;
+    }
+
+    std::cout << spec.name << ": " << spec.inputs << '-' << spec.hidden << '-' << spec.classes
+              << ", batch " << spec.batch << ", " << spec.epochs * kBatchesPerEpoch
+              << " steps per variant per round" << std::endl;
+    for (int round = -options.warmup_rounds; round < options.rounds; ++round) {
+      // Rotate the order so that no variant always runs first (or right after Python).
+      const auto shift = static_cast<std::ptrdiff_t>(std::max(round, 0)) %
+                         static_cast<std::ptrdiff_t>(order.size());
+      std::vector<std::string> this_round(order.begin() + shift, order.end());
+      this_round.insert(this_round.end(), order.begin(), order.begin() + shift);
+      for (const auto& name : this_round) {
+        Timing timing;
+        if (name == "python") {
+          timing = python->run(spec.name, spec.epochs);
+        } else {
+          const double wall = wall_seconds();
+          const double cpu = thread_cpu_seconds();
+          timing.steps = variants[name]->run();
+          timing.cpu = thread_cpu_seconds() - cpu;
+          timing.wall = wall_seconds() - wall;
+        }
+        if (round < 0) continue;
+        const auto steps = static_cast<double>(timing.steps);
+        times[spec.name][name].push_back((cpu_clock ? timing.cpu : timing.wall) / steps * 1e6);
+        other_times[spec.name][name].push_back((cpu_clock ? timing.wall : timing.cpu) / steps *
+                                               1e6);
+      }
+      if (round + 1 == options.rounds) {
+        for (const auto& [name, variant] : variants) {
+          if (wanted(name) && !variant->subscribers_ran()) {
+            std::cerr << "loop_bench: the subscribers of variant '" << name << "' did not run\n";
+            return 1;
+          }
+        }
+      }
+      if (round == -options.warmup_rounds &&
+          (wanted("hand") && wanted("none") && wanted("typical") && wanted("logging"))) {
+        // After the first round every C++ variant has taken the same steps from the same weights.
+        const auto reference = variants["hand"]->parameters();
+        bool match = weights_match.value_or(true);
+        for (const auto* name : {"none", "typical", "logging"}) {
+          match = match && same_weights(reference, variants[name]->parameters());
+        }
+        weights_match = match;
+      }
+    }
+  }
+  auto us = [&](const std::string& model, const std::string& variant) {
+    const auto found = times[model].find(variant);
+    return found == times[model].end() ? std::nan("") : median(found->second);
+  };
+
+  // Median over rounds of the ratio to the hand loop of the same round (a check on the ratio of
+  // medians: both agree when the machine is quiet).
+  auto paired = [&](const std::string& model, const std::string& variant,
+                    const std::string& base = "hand") {
+    const auto& runs = times[model][variant];
+    const auto& bases = times[model][base];
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < runs.size() && i < bases.size(); ++i) {
+      ratios.push_back(runs[i] / bases[i]);
+    }
+    return median(ratios);
+  };
+
+  // Table.
+  std::printf("\n%-7s %-40s %10s %9s %9s %8s %8s %10s\n", "model", "variant",
+              cpu_clock ? "cpu us/st" : "wall us/st", "min", "max", "vs hand", "paired",
+              cpu_clock ? "wall us/st" : "cpu us/st");
+  for (const auto& spec : specs) {
+    const double hand = us(spec.name, "hand");
+    for (const auto& variant : kVariants) {
+      const auto& runs = times[spec.name][variant];
+      if (runs.empty()) continue;
+      std::printf("%-7s %-40s %10.2f %9.2f %9.2f %8.3f %8.3f %10.2f\n", spec.name.c_str(),
+                  describe(variant).c_str(), us(spec.name, variant),
+                  *std::min_element(runs.begin(), runs.end()),
+                  *std::max_element(runs.begin(), runs.end()), us(spec.name, variant) / hand,
+                  paired(spec.name, variant), median(other_times[spec.name][variant]));
+    }
+  }
+  std::cout << "(us/st: median per-step time over the rounds; min/max over the rounds; vs hand: "
+               "ratio of medians;\n paired: median of the per-round ratios; last column: the "
+               "other clock)\n"
+            << "check: C++ variants end the warm-up with identical weights: "
+            << (!weights_match   ? "not checked"
+                : *weights_match ? "yes"
+                                 : "NO")
+            << "\n\n";
+
+  // Machine-readable lines.
+  for (const auto& variant : kVariants) {
+    for (const auto& spec : specs) {
+      std::cout << "us_per_step_" << variant << '_' << spec.name << '='
+                << fixed(us(spec.name, variant), 3) << '\n';
+    }
+  }
+  const double hand = us("mlp32", "hand");
+  const double typical = us("mlp32", "typical");
+  std::cout << "loop_overhead_ratio_none=" << fixed(us("mlp32", "none") / hand, 4) << '\n'
+            << "loop_overhead_ratio_typical=" << fixed(typical / hand, 4) << '\n'
+            << "logging_overhead_ratio=" << fixed(us("mlp32", "logging") / typical, 4) << '\n'
+            << "python_over_torchbus=" << fixed(us("mlp32", "python") / typical, 4) << '\n'
+            << "python_over_hand=" << fixed(us("mlp32", "python") / hand, 4) << '\n'
+            << "loop_overhead_ratio_typical_mlp784="
+            << fixed(us("mlp784", "typical") / us("mlp784", "hand"), 4) << '\n'
+            << "python_over_torchbus_mlp784="
+            << fixed(us("mlp784", "python") / us("mlp784", "typical"), 4) << '\n'
+            << "loop_overhead_ratio_none_paired=" << fixed(paired("mlp32", "none"), 4) << '\n'
+            << "loop_overhead_ratio_typical_paired=" << fixed(paired("mlp32", "typical"), 4) << '\n'
+            << "logging_overhead_ratio_paired=" << fixed(paired("mlp32", "logging", "typical"), 4)
+            << '\n'
+            << "python_over_torchbus_paired=" << fixed(paired("mlp32", "python", "typical"), 4)
+            << '\n'
+            << "overhead_us_per_step_none_mlp32=" << fixed(us("mlp32", "none") - hand, 3) << '\n'
+            << "overhead_us_per_step_typical_mlp32=" << fixed(typical - hand, 3) << '\n'
+            << "loop_clock=" << options.clock << '\n'
+            << "same_weights="
+            << (!weights_match   ? "nan"
+                : *weights_match ? "1"
+                                 : "0")
+            << std::endl;
+  return weights_match.value_or(true) ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& error) {
+    std::cerr << "loop_bench: " << error.what() << '\n';
+    return 1;
+  }
+}

@@ -1,0 +1,95 @@
+#pragma once
+
+/// \file
+/// CsvLogger: one CSV row per logged step and one per epoch, flushed row by row.
+
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// Where and what a CsvLogger writes, e.g. `CsvLoggerOptions("runs/a/metrics.csv").step_freq(10)`.
+struct CsvLoggerOptions {
+  /// Writes to the CSV file at `path`.
+  /* implicit */ CsvLoggerOptions(std::string path);  // NOLINT(google-explicit-constructor)
+
+  /// The CSV file (missing parent directories are created at ActionStart).
+  TORCH_ARG(std::string, path);
+  /// Write a step row at every StepEnd where `state.step % step_freq == 0` (>= 1).
+  TORCH_ARG(std::int64_t, step_freq) = 50;
+  /// One-element tensors of the tensor store written as columns of step rows (may be empty).
+  TORCH_ARG(std::vector<std::string>, tensors_to_log) = std::vector<std::string>{"loss"};
+  /// Metrics written in epoch rows; empty: every metric recorded during the epoch except
+  /// `train_loss` (already in step rows as `loss`).
+  TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
+  /// Continue an existing file (keeping its columns) instead of replacing it.
+  TORCH_ARG(bool, append) = false;
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+/// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
+/// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
+/// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
+/// metrics in the order they first appear. Every row is flushed. See
+/// docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
+class CsvLogger : public Callback {
+ public:
+  /// Default priority: after metric producers (-100), with the other loggers.
+  static constexpr int kDefaultPriority = 100;
+
+  /// A logger called `name`; throws ConfigError for invalid options.
+  explicit CsvLogger(CsvLoggerOptions options, std::string name = "csv_logger");
+  /// Closes the file if an action left it open.
+  ~CsvLogger() override;
+  CsvLogger(const CsvLogger&) = delete;
+  CsvLogger& operator=(const CsvLogger&) = delete;
+
+  /// The options it was built with.
+  const CsvLoggerOptions& options() const noexcept { return options_; }
+  /// The current columns of the file, header order.
+  const std::vector<std::string>& columns() const noexcept { return columns_; }
+
+  /// Opens the file (replacing it, or continuing it in append mode and after the first action);
+  /// throws ConfigError when it cannot be written.
+  void on_action_start(State& state) override;
+  /// At the first epoch of an action: drops the rows a resumed run will write again.
+  void on_epoch_start(State& state) override;
+  /// Writes a step row when `state.step` is a multiple of `step_freq`.
+  void on_step_end(State& state) override;
+  /// Writes the epoch row.
+  void on_epoch_end(State& state) override;
+  /// Closes the file.
+  void on_action_end(State& state) override;
+
+ private:
+  void open(bool replace);
+  void reconcile(const State& state);
+  void write_step_row(State& state);
+  void write_row();
+  std::size_t column_index(const std::string& name);
+  void add_columns(const std::vector<std::string>& names);
+  void set_cell(std::size_t column, double value);
+  void set_lr(const State& state);
+
+  CsvLoggerOptions options_;
+  std::ofstream file_;
+  std::vector<std::string> columns_;      // header
+  std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
+  std::size_t lr_col_ = 0;
+  std::vector<std::string> cells_;  // the row being written, one per column
+  std::string row_;                 // reused output buffer
+  std::vector<bool> warned_;        // per tensor name: a problem was reported
+  bool warned_lr_ = false;          // the learning rate could not be read (reported once)
+  bool opened_before_ = false;      // an earlier action of this logger opened the file
+  bool reconciled_ = true;          // existing rows were checked against the resume point
+};
+
+}  // namespace torchbus

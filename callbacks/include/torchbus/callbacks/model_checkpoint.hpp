@@ -1,0 +1,93 @@
+#pragma once
+
+/// \file
+/// ModelCheckpoint: saves checkpoints every n steps or epochs, keeps the best k by a metric and a
+/// `last` link, and can resume the next fit from its folder.
+
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+#include <torchbus/checkpoint_file.hpp>
+#include <torchbus/metric_history.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// Options of ModelCheckpoint.
+struct ModelCheckpointOptions {
+  /// Where checkpoints go: created if missing.
+  explicit ModelCheckpointOptions(std::filesystem::path directory)
+      : directory_(std::move(directory)) {}
+  /// The checkpoint folder.
+  TORCH_ARG(std::filesystem::path, directory);
+  /// Save after every n optimizer steps (0: not by steps).
+  TORCH_ARG(std::int64_t, every_n_steps) = 0;
+  /// Save after every n epochs (0: not by epochs).
+  TORCH_ARG(std::int64_t, every_n_epochs) = 1;
+  /// Metric ranking checkpoints for save_top_k (empty: keep the newest instead).
+  TORCH_ARG(std::string, monitor) = "";
+  /// Whether lower or higher values of `monitor` are better.
+  TORCH_ARG(Mode, mode) = Mode::Min;
+  /// Checkpoints kept (the best by `monitor`, else the newest); -1 keeps all.
+  TORCH_ARG(std::int64_t, save_top_k) = 3;
+  /// Keep `last.tbckpt`, a link to the newest checkpoint.
+  TORCH_ARG(bool, save_last) = true;
+  /// Also save when the run stops early (StopTraining, request_stop, Ctrl-C handlers).
+  TORCH_ARG(bool, save_on_stop) = true;
+  /// Write files on a background thread (the training thread only serializes to memory).
+  TORCH_ARG(bool, background) = true;
+  /// When the folder holds a valid checkpoint, resume the next fit from the newest one.
+  TORCH_ARG(bool, resume) = false;
+
+ public:
+  /// Throws ConfigError naming the first option out of range.
+  void validate() const;
+};
+
+/// Saves checkpoints of the trainer it is added to. Default priority 200 (after early stopping
+/// and loggers), rank 0 only.
+class ModelCheckpoint : public Callback {
+ public:
+  /// Default priority: after EarlyStopping (50) and the loggers (100).
+  static constexpr int kDefaultPriority = 200;
+
+  explicit ModelCheckpoint(ModelCheckpointOptions options);
+  ~ModelCheckpoint() override;
+
+  void on_added(Trainer& trainer) override;
+  void on_action_start(State& state) override;
+  void on_step_end(State& state) override;
+  void on_epoch_end(State& state) override;
+  void on_action_end(State& state) override;
+  void on_exception(State& state) override;
+  void save_state(torch::serialize::OutputArchive& archive) const override;
+  void load_state(torch::serialize::InputArchive& archive) override;
+
+  /// The checkpoints kept, best (or newest) first.
+  std::vector<std::filesystem::path> kept() const;
+  /// Waits for a background write; rethrows its error.
+  void flush();
+
+ private:
+  struct Kept {
+    std::filesystem::path path;
+    double score;  // lower is better
+    std::int64_t step;
+  };
+  void save(State& state);
+  double score_of(const State& state) const;
+  void prune();
+  void link_last(const std::filesystem::path& newest) const;
+
+  ModelCheckpointOptions options_;
+  Trainer* trainer_ = nullptr;
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::vector<Kept> kept_;
+  std::int64_t last_saved_step_ = -1;
+  std::int64_t last_saved_epoch_ = -1;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,481 @@
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <torch/optim/optimizer.h>
+#include <torchbus/callbacks/csv_logger.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <system_error>
+
+namespace torchbus {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// The columns every CsvLogger file starts with.
+constexpr const char* kFixedColumns[] = {"kind", "step", "epoch", "wall_time"};
+constexpr std::size_t kFixedCount = std::size(kFixedColumns);
+constexpr std::size_t kKindCol = 0, kStepCol = 1, kEpochCol = 2, kWallTimeCol = 3;
+
+bool is_reserved(const std::string& name) {
+  return name == "lr" || std::find(std::begin(kFixedColumns), std::end(kFixedColumns), name) !=
+                             std::end(kFixedColumns);
+}
+
+/// A CSV field, quoted (RFC 4180) when it contains a separator, a quote or a line break.
+std::string csv_field(const std::string& field) {
+  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+/// Splits one CSV line into fields, honouring quotes.
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool in_quotes = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_quotes) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        in_quotes = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      in_quotes = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+/// Parses a whole decimal integer; false if `text` is not one.
+bool parse_int(const std::string& text, std::int64_t& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
+  value = parsed;
+  return true;
+}
+
+/// What an existing file holds, read line by line.
+struct Scan {
+  std::int64_t last_step = -1;     // largest step of a step row
+  bool partial_last_line = false;  // the file ends without a line break (a killed run)
+};
+
+/// Which rows a rewrite keeps: given kind, step and epoch of a row.
+using KeepRow = bool (*)(const std::string& kind, std::int64_t step, std::int64_t epoch,
+                         std::int64_t resume_step, std::int64_t resume_epoch);
+
+bool keep_before_resume(const std::string& kind, std::int64_t step, std::int64_t epoch,
+                        std::int64_t resume_step, std::int64_t resume_epoch) {
+  if (kind == "step") return step <= resume_step;
+  if (kind == "epoch") return epoch < resume_epoch;
+  return true;
+}
+
+std::string describe_errno() {
+  return errno != 0 ? std::strerror(errno) : "unknown error";
+}
+
+}  // namespace
+
+CsvLoggerOptions::CsvLoggerOptions(std::string path) : path_(std::move(path)) {}
+
+void CsvLoggerOptions::validate() const {
+  TORCHBUS_CHECK(!path().empty(), ConfigError,
+                 "CsvLogger: path is empty; give the CSV file to write, e.g. \"metrics.csv\"");
+  TORCHBUS_CHECK(step_freq() >= 1, ConfigError, "CsvLogger: step_freq must be >= 1, got ",
+                 step_freq());
+  std::vector<std::string> seen;
+  for (const auto& name : tensors_to_log()) {
+    TORCHBUS_CHECK(!name.empty(), ConfigError, "CsvLogger: tensors_to_log contains an empty name");
+    TORCHBUS_CHECK(!is_reserved(name), ConfigError, "CsvLogger: tensor name '", name,
+                   "' clashes with a fixed column (kind, step, epoch, wall_time, lr)");
+    TORCHBUS_CHECK(std::find(seen.begin(), seen.end(), name) == seen.end(), ConfigError,
+                   "CsvLogger: tensors_to_log names '", name, "' twice");
+    seen.push_back(name);
+  }
+  for (const auto& name : epoch_metrics()) {
+    TORCHBUS_CHECK(!name.empty(), ConfigError, "CsvLogger: epoch_metrics contains an empty name");
+    TORCHBUS_CHECK(!is_reserved(name), ConfigError, "CsvLogger: metric name '", name,
+                   "' clashes with a fixed column (kind, step, epoch, wall_time, lr)");
+  }
+}
+
+CsvLogger::CsvLogger(CsvLoggerOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+  options_.validate();
+  warned_.assign(options_.tensors_to_log().size(), false);
+}
+
+CsvLogger::~CsvLogger() = default;
+
+// ---- opening ------------------------------------------------------------------------------------
+
+void CsvLogger::on_action_start(State& /*state*/) {
+  open(/*replace=*/!options_.append() && !opened_before_);
+  opened_before_ = true;
+}
+
+void CsvLogger::open(bool replace) {
+  const fs::path path(options_.path());
+  const std::string who = "CsvLogger '" + name() + "'";
+  if (file_.is_open()) file_.close();
+  std::error_code error;
+  if (path.has_parent_path()) {
+    fs::create_directories(path.parent_path(), error);
+    TORCHBUS_CHECK(!error, ConfigError, who, ": cannot create the directory '",
+                   path.parent_path().string(), "' for '", path.string(), "': ", error.message());
+  }
+  TORCHBUS_CHECK(!fs::is_directory(path, error), ConfigError, who, ": '", path.string(),
+                 "' is a directory; expected the path of a CSV file");
+
+  // Continue the file if asked to and it has at least a complete header line.
+  bool continuing = false;
+  if (!replace && fs::exists(path, error)) {
+    std::ifstream in(path);
+    TORCHBUS_CHECK(in.good(), ConfigError, who, ": cannot read '", path.string(),
+                   "' to continue it: ", describe_errno());
+    std::string header;
+    std::getline(in, header);
+    continuing = !in.eof();  // else empty, or a header cut short by a killed run: start over
+    if (continuing) {
+      columns_ = split_csv(header);
+      const bool ours =
+          columns_.size() >= kFixedCount &&
+          std::equal(std::begin(kFixedColumns), std::end(kFixedColumns), columns_.begin());
+      TORCHBUS_CHECK(ours, ConfigError, who, ": cannot continue '", path.string(),
+                     "': its header '", header,
+                     "' does not start with kind,step,epoch,wall_time; use another path, or "
+                     "append(false) to replace the file");
+    }
+  }
+
+  // This run's own columns: its tensors and lr.
+  std::vector<std::string> own = options_.tensors_to_log();
+  own.emplace_back("lr");
+  if (continuing) {
+    file_.open(path, std::ios::out | std::ios::app);
+    TORCHBUS_CHECK(file_.is_open(), ConfigError, who, ": cannot open '", path.string(),
+                   "' for appending: ", describe_errno());
+    add_columns(own);     // widens the file if it lacks some of them
+    reconciled_ = false;  // rows are checked against the resume point at the first EpochStart
+  } else {
+    columns_.assign(std::begin(kFixedColumns), std::end(kFixedColumns));
+    columns_.insert(columns_.end(), own.begin(), own.end());
+    file_.open(path, std::ios::out | std::ios::trunc);
+    TORCHBUS_CHECK(file_.is_open(), ConfigError, who, ": cannot open '", path.string(),
+                   "' for writing: ", describe_errno());
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      file_ << (i ? "," : "") << csv_field(columns_[i]);
+    }
+    file_ << '\n';
+    file_.flush();
+    TORCHBUS_CHECK(file_.good(), ConfigError, who, ": cannot write to '", path.string(),
+                   "': ", describe_errno());
+    reconciled_ = true;
+  }
+  tensor_cols_.clear();
+  for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
+  lr_col_ = column_index("lr");
+  cells_.assign(columns_.size(), std::string());
+}
+
+void CsvLogger::on_action_end(State& /*state*/) {
+  if (file_.is_open()) file_.close();
+}
+
+std::size_t CsvLogger::column_index(const std::string& name) {
+  const auto found = std::find(columns_.begin(), columns_.end(), name);
+  return static_cast<std::size_t>(found - columns_.begin());  // columns_.size() when absent
+}
+
+// ---- rewriting ----------------------------------------------------------------------------------
+
+namespace {
+
+/// Copies `path` to a temporary file next to it, adding `extra` columns to the header (and an
+/// empty cell to every row), keeping only the rows `keep` accepts and dropping a partial last line,
+/// then renames the copy over `path`. Returns the number of rows dropped.
+std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra, KeepRow keep,
+                     std::int64_t resume_step, std::int64_t resume_epoch, const std::string& who) {
+  std::ifstream in(path);
+  TORCHBUS_CHECK(in.good(), Error, who, ": cannot read '", path.string(), "': ", describe_errno());
+  fs::path temporary = path;
+  temporary += ".tmp";
+  std::ofstream out(temporary, std::ios::out | std::ios::trunc);
+  TORCHBUS_CHECK(out.is_open(), Error, who, ": cannot write '", temporary.string(),
+                 "': ", describe_errno());
+  std::string suffix;
+  for (const auto& name : extra) suffix += "," + csv_field(name);
+  std::string empty_cells(extra.size(), ',');
+  std::string line;
+  std::int64_t dropped = 0;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // a partial last line, left by a killed run
+    if (header) {
+      out << line << suffix << '\n';
+      header = false;
+      continue;
+    }
+    if (keep != nullptr) {
+      const auto fields = split_csv(line);
+      std::int64_t step = 0, epoch = 0;
+      if (fields.size() > kEpochCol && parse_int(fields[kStepCol], step) &&
+          parse_int(fields[kEpochCol], epoch) &&
+          !keep(fields[kKindCol], step, epoch, resume_step, resume_epoch)) {
+        ++dropped;
+        continue;
+      }
+    }
+    out << line << empty_cells << '\n';
+  }
+  out.flush();
+  TORCHBUS_CHECK(out.good(), Error, who, ": cannot write '", temporary.string(),
+                 "': ", describe_errno());
+  out.close();
+  in.close();
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  TORCHBUS_CHECK(!error, Error, who, ": cannot replace '", path.string(), "' by '",
+                 temporary.string(), "': ", error.message());
+  return dropped;
+}
+
+/// Reads an existing file's rows.
+Scan scan(const fs::path& path) {
+  Scan result;
+  std::ifstream in(path);
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (in.eof()) {
+      result.partial_last_line = true;
+      break;
+    }
+    if (header) {
+      header = false;
+      continue;
+    }
+    const auto fields = split_csv(line);
+    std::int64_t step = 0;
+    if (fields.size() > kStepCol && fields[kKindCol] == "step" &&
+        parse_int(fields[kStepCol], step)) {
+      result.last_step = std::max(result.last_step, step);
+    }
+  }
+  return result;
+}
+
+/// Whether any row of `path` would be dropped by `keep`.
+bool any_dropped(const fs::path& path, KeepRow keep, std::int64_t resume_step,
+                 std::int64_t resume_epoch) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    if (in.eof()) break;
+    const auto fields = split_csv(line);
+    std::int64_t step = 0, epoch = 0;
+    if (fields.size() > kEpochCol && parse_int(fields[kStepCol], step) &&
+        parse_int(fields[kEpochCol], epoch) &&
+        !keep(fields[kKindCol], step, epoch, resume_step, resume_epoch)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void CsvLogger::add_columns(const std::vector<std::string>& names) {
+  std::vector<std::string> extra;
+  for (const auto& name : names) {
+    if (column_index(name) == columns_.size() &&
+        std::find(extra.begin(), extra.end(), name) == extra.end()) {
+      extra.push_back(name);
+    }
+  }
+  if (extra.empty()) return;
+  const fs::path path(options_.path());
+  if (file_.is_open()) file_.close();
+  rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
+  columns_.insert(columns_.end(), extra.begin(), extra.end());
+  cells_.assign(columns_.size(), std::string());
+  file_.open(path, std::ios::out | std::ios::app);
+  TORCHBUS_CHECK(file_.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '", path.string(),
+                 "' for appending: ", describe_errno());
+}
+
+void CsvLogger::on_epoch_start(State& state) {
+  if (!reconciled_) reconcile(state);
+}
+
+void CsvLogger::reconcile(const State& state) {
+  reconciled_ = true;
+  const fs::path path(options_.path());
+  const Scan existing = scan(path);
+  const bool fresh = state.step == 0 && state.epoch == 0;
+  const bool drop = !fresh && any_dropped(path, keep_before_resume, state.step, state.epoch);
+  if (drop || existing.partial_last_line) {
+    file_.close();
+    const auto dropped = rewrite(path, {}, fresh ? nullptr : keep_before_resume, state.step,
+                                 state.epoch, "CsvLogger '" + name() + "'");
+    file_.open(path, std::ios::out | std::ios::app);
+    TORCHBUS_CHECK(file_.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
+                   path.string(), "' for appending: ", describe_errno());
+    if (existing.partial_last_line) {
+      logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
+                     path.string());
+    }
+    if (dropped > 0) {
+      logger()->info(
+          "CsvLogger '{}': the run resumes at step {}, epoch {}: dropped {} rows of '{}' written "
+          "after that point by the previous run (they are written again)",
+          name(), state.step, state.epoch, dropped, path.string());
+    }
+  }
+  if (fresh && existing.last_step > 0) {
+    logger()->info(
+        "CsvLogger '{}': '{}' already has rows up to step {}; this run starts at step 0, so its "
+        "rows follow them with step numbers starting again",
+        name(), path.string(), existing.last_step);
+  }
+}
+
+// ---- rows ---------------------------------------------------------------------------------------
+
+void CsvLogger::on_step_end(State& state) {
+  if (state.update_skipped || state.step % options_.step_freq() != 0) return;
+  write_step_row(state);
+}
+
+namespace {
+void begin_row(std::vector<std::string>& cells, const char* kind, const State& state) {
+  for (auto& cell : cells) cell.clear();
+  cells[kKindCol] = kind;
+  fmt::format_to(std::back_inserter(cells[kStepCol]), "{}", state.step);
+  fmt::format_to(std::back_inserter(cells[kEpochCol]), "{}", state.epoch);
+  const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
+  fmt::format_to(std::back_inserter(cells[kWallTimeCol]), "{:.3f}", now.count());
+}
+}  // namespace
+
+void CsvLogger::set_cell(std::size_t column, double value) {
+  // Shortest representation that reads back as the same double.
+  fmt::format_to(std::back_inserter(cells_[column]), "{}", value);
+}
+
+void CsvLogger::set_lr(const State& state) {
+  std::string problem;
+  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
+    problem = "the optimizer has no parameter group";
+  } else {
+    try {
+      set_cell(lr_col_, state.optimizer->param_groups()[0].options().get_lr());
+      return;
+    } catch (const std::exception& error) {
+      problem = error.what();
+    }
+  }
+  if (!warned_lr_) {
+    warned_lr_ = true;
+    logger()->warn("CsvLogger '{}': cannot read the learning rate ({}); the lr column stays empty",
+                   name(), problem);
+  }
+}
+
+void CsvLogger::write_step_row(State& state) {
+  if (!file_.is_open()) return;
+  begin_row(cells_, "step", state);
+  const auto& names = options_.tensors_to_log();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const at::Tensor* tensor = state.tensors.find(names[i]);
+    if (tensor != nullptr && tensor->defined() && tensor->numel() == 1 && !tensor->is_complex()) {
+      set_cell(tensor_cols_[i], tensor->item<double>());
+    } else if (!warned_[i]) {
+      warned_[i] = true;
+      if (tensor == nullptr) {
+        logger()->warn(
+            "CsvLogger '{}': no tensor named '{}' at step {}; present: {}. Its cells stay empty "
+            "(reported once)",
+            name(), names[i], state.step, detail::join_or_none(state.tensors.names()));
+      } else {
+        logger()->warn(
+            "CsvLogger '{}': tensor '{}' is not a one-element real tensor (shape [{}]); only "
+            "scalars go in the CSV, its cells stay empty (reported once)",
+            name(), names[i],
+            tensor->defined() ? fmt::format("{}", fmt::join(tensor->sizes(), ", "))
+                              : std::string("undefined"));
+      }
+    }
+  }
+  set_lr(state);
+  write_row();
+}
+
+void CsvLogger::on_epoch_end(State& state) {
+  if (!file_.is_open()) return;
+  // The metrics of this row: the ones named, or every one recorded during the epoch.
+  std::vector<std::string> names;
+  if (options_.epoch_metrics().empty()) {
+    for (auto& metric : state.metrics.names()) {
+      // train_loss is per step (the step rows' loss); reserved names would clash with columns.
+      if (metric != "train_loss" && !is_reserved(metric)) names.push_back(std::move(metric));
+    }
+  } else {
+    names = options_.epoch_metrics();
+  }
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [&](const std::string& metric) {
+                               return !state.metrics.contains(metric) ||
+                                      state.metrics.latest(metric).epoch != state.epoch;
+                             }),
+              names.end());
+  add_columns(names);
+  begin_row(cells_, "epoch", state);
+  for (const auto& metric : names) {
+    set_cell(column_index(metric), state.metrics.latest(metric).value);
+  }
+  set_lr(state);
+  write_row();
+}
+
+void CsvLogger::write_row() {
+  row_.clear();
+  for (std::size_t i = 0; i < cells_.size(); ++i) {
+    if (i != 0) row_ += ',';
+    row_ += cells_[i];
+  }
+  row_ += '\n';
+  file_ << row_;
+  file_.flush();
+  TORCHBUS_CHECK(file_.good(), Error, "CsvLogger '", name(), "': writing a row to '",
+                 options_.path(), "' failed: ", describe_errno());
+}
+
+}  // namespace torchbus

@@ -1,0 +1,195 @@
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace torchbus {
+
+namespace fs = std::filesystem;
+
+void ModelCheckpointOptions::validate() const {
+  TORCHBUS_CHECK(!directory_.empty(), ConfigError, "ModelCheckpoint needs a directory");
+  TORCHBUS_CHECK(every_n_steps_ >= 0, ConfigError,
+                 "ModelCheckpoint every_n_steps must be >= 0 (0: off), got ", every_n_steps_);
+  TORCHBUS_CHECK(every_n_epochs_ >= 0, ConfigError,
+                 "ModelCheckpoint every_n_epochs must be >= 0 (0: off), got ", every_n_epochs_);
+  TORCHBUS_CHECK(save_top_k_ >= -1, ConfigError,
+                 "ModelCheckpoint save_top_k must be >= 0, or -1 to keep all, got ", save_top_k_);
+}
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
+    : Callback("model_checkpoint", kDefaultPriority), options_(std::move(options)) {
+  options_.validate();
+  run_on_rank(0);
+  if (options_.background()) writer_ = std::make_unique<CheckpointWriter>();
+}
+
+ModelCheckpoint::~ModelCheckpoint() = default;
+
+void ModelCheckpoint::on_added(Trainer& trainer) {
+  trainer_ = &trainer;
+  const auto& directory = options_.directory();
+  if (options_.resume() && fs::is_directory(directory)) {
+    remove_stale_temporaries(directory);
+    if (newest_valid_checkpoint(directory)) trainer.resume_from(directory);
+  }
+}
+
+void ModelCheckpoint::on_action_start(State&) {
+  const auto& directory = options_.directory();
+  TORCHBUS_CHECK(!fs::exists(directory) || fs::is_directory(directory), ConfigError,
+                 "ModelCheckpoint folder ", directory.string(),
+                 " exists and is not a directory; expected a folder (or a path to create)");
+  std::error_code error;
+  fs::create_directories(directory, error);
+  TORCHBUS_CHECK(!error, ConfigError, "ModelCheckpoint cannot create its folder ",
+                 directory.string(), ": ", error.message());
+  const int stale = remove_stale_temporaries(directory);
+  if (stale > 0) {
+    logger()->info("removed {} temporary file(s) an interrupted write left in {}", stale,
+                   directory.string());
+  }
+}
+
+void ModelCheckpoint::on_step_end(State& state) {
+  const auto every = options_.every_n_steps();
+  if (every > 0 && !state.update_skipped && state.step % every == 0) save(state);
+}
+
+void ModelCheckpoint::on_epoch_end(State& state) {
+  const auto every = options_.every_n_epochs();
+  if (every > 0 && (state.epoch + 1) % every == 0) save(state);
+}
+
+void ModelCheckpoint::on_action_end(State& state) {
+  if (!state.error && state.training && state.stop_requested() && options_.save_on_stop() &&
+      state.step != last_saved_step_) {
+    save(state);
+  }
+  flush();
+}
+
+void ModelCheckpoint::on_exception(State&) {
+  try {
+    flush();
+  } catch (const std::exception& error) {
+    logger()->error("ModelCheckpoint: a background write failed: {}", error.what());
+  }
+}
+
+void ModelCheckpoint::flush() {
+  if (writer_) writer_->flush();
+}
+
+double ModelCheckpoint::score_of(const State& state) const {
+  const auto& monitor = options_.monitor();
+  if (monitor.empty()) return -static_cast<double>(state.step);  // newest first
+  TORCHBUS_CHECK(state.metrics.contains(monitor), ConfigError, "ModelCheckpoint monitors '",
+                 monitor, "', which is not in the metric history; recorded: ",
+                 detail::join_or_none(state.metrics.names()));
+  const double value = state.metrics.latest(monitor).value;
+  return options_.mode() == Mode::Min ? value : -value;
+}
+
+void ModelCheckpoint::save(State& state) {
+  if (state.step == last_saved_step_ && state.epoch == last_saved_epoch_) return;
+  const double score = score_of(state);
+  char name[64];
+  std::snprintf(name, sizeof name, "epoch-%03lld-step-%06lld%s",
+                static_cast<long long>(state.epoch), static_cast<long long>(state.step),
+                kCheckpointExtension);
+  const auto path = options_.directory() / name;
+  auto bytes = trainer_->checkpoint_bytes();
+  if (writer_) {
+    writer_->write(path, std::move(bytes));
+  } else {
+    write_file_atomically(path, bytes);
+  }
+  last_saved_step_ = state.step;
+  last_saved_epoch_ = state.epoch;
+  kept_.erase(
+      std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
+      kept_.end());
+  kept_.push_back(Kept{path, score, state.step});
+  if (options_.save_last()) {
+    flush();  // the link must never point at a file still being written
+    link_last(path);
+  }
+  prune();
+}
+
+void ModelCheckpoint::prune() {
+  std::stable_sort(kept_.begin(), kept_.end(),
+                   [](const Kept& a, const Kept& b) { return a.score < b.score; });
+  const auto keep = options_.save_top_k();
+  if (keep < 0 || static_cast<std::int64_t>(kept_.size()) <= keep) return;
+  flush();
+  std::int64_t newest_step = -1;
+  for (const auto& k : kept_) newest_step = std::max(newest_step, k.step);
+  std::vector<Kept> remaining;
+  for (std::size_t i = 0; i < kept_.size(); ++i) {
+    const bool among_best = static_cast<std::int64_t>(i) < keep;
+    const bool is_last = options_.save_last() && kept_[i].step == newest_step;
+    if (among_best || is_last) {
+      remaining.push_back(kept_[i]);
+    } else {
+      std::error_code error;
+      fs::remove(kept_[i].path, error);
+    }
+  }
+  kept_ = std::move(remaining);
+}
+
+void ModelCheckpoint::link_last(const fs::path& newest) const {
+  const auto link = options_.directory() / (std::string("last") + kCheckpointExtension);
+  auto temporary = link;
+  temporary += ".tmp-link";
+  std::error_code error;
+  fs::remove(temporary, error);
+  fs::create_symlink(newest.filename(), temporary);
+  fs::rename(temporary, link);  // atomic replacement of the link
+}
+
+std::vector<fs::path> ModelCheckpoint::kept() const {
+  std::vector<fs::path> paths;
+  for (const auto& k : kept_) paths.push_back(k.path);
+  return paths;
+}
+
+void ModelCheckpoint::save_state(torch::serialize::OutputArchive& archive) const {
+  std::string paths;
+  std::vector<double> scores;
+  std::vector<std::int64_t> steps;
+  for (const auto& k : kept_) {
+    paths += k.path.string() + "\n";
+    scores.push_back(k.score);
+    steps.push_back(k.step);
+  }
+  archive.write("kept_paths", c10::IValue(paths));
+  archive.write("kept_scores", c10::IValue(scores));
+  archive.write("kept_steps", c10::IValue(steps));
+}
+
+void ModelCheckpoint::load_state(torch::serialize::InputArchive& archive) {
+  c10::IValue paths, scores, steps;
+  archive.read("kept_paths", paths);
+  archive.read("kept_scores", scores);
+  archive.read("kept_steps", steps);
+  const auto score_list = scores.toDoubleVector();
+  const auto step_list = steps.toIntVector();
+  std::istringstream in(paths.toStringRef());
+  kept_.clear();
+  std::size_t i = 0;
+  for (std::string line; std::getline(in, line) && i < score_list.size(); ++i) {
+    if (fs::exists(line)) kept_.push_back(Kept{line, score_list[i], step_list[i]});
+  }
+}
+
+}  // namespace torchbus

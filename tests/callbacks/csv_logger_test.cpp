@@ -1,0 +1,419 @@
+// CsvLogger: the file parsed back equals the metric history; appending and resuming; bad input.
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+#include <support/recorder.hpp>
+#include <torchbus/callbacks/csv_logger.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Captures what torchbus::logger() writes while it lives, as "level|message" lines.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
+    sink_->set_pattern("%l|%v");
+    logger()->sinks().push_back(sink_);
+  }
+  ~CapturedLog() {
+    auto& sinks = logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+
+  /// Messages logged at `level` ("info", "warning", ...).
+  std::vector<std::string> messages(const std::string& level) const {
+    std::vector<std::string> out;
+    std::istringstream in(stream_.str());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(level + "|", 0) == 0) out.push_back(line.substr(level.size() + 1));
+    }
+    return out;
+  }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+/// A fresh directory, removed with everything in it at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("torchbus_csv_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+struct Run {
+  torch::nn::Sequential model = make_model();
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
+  Trainer trainer;
+
+  explicit Run(TrainerOptions options = {})
+      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
+};
+
+/// A parsed CSV file: header and rows as maps column -> cell.
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  std::vector<std::size_t> widths;  // fields per row
+  std::string text;
+
+  std::vector<std::map<std::string, std::string>> of_kind(const std::string& kind) const {
+    std::vector<std::map<std::string, std::string>> out;
+    for (const auto& row : rows) {
+      if (row.at("kind") == kind) out.push_back(row);
+    }
+    return out;
+  }
+};
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> fields(1);
+  for (char c : line) {
+    if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+Csv read_csv(const fs::path& path) {
+  Csv csv;
+  std::ifstream in(path);
+  std::ostringstream all;
+  all << in.rdbuf();
+  csv.text = all.str();
+  std::istringstream lines(csv.text);
+  std::string line;
+  std::getline(lines, line);
+  csv.header = split(line);
+  while (std::getline(lines, line)) {
+    const auto fields = split(line);
+    csv.widths.push_back(fields.size());
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < fields.size() && i < csv.header.size(); ++i) {
+      row[csv.header[i]] = fields[i];
+    }
+    csv.rows.push_back(row);
+  }
+  return csv;
+}
+
+template <typename ErrorType, typename Action>
+std::string message_of(Action&& action) {
+  try {
+    action();
+  } catch (const ErrorType& error) {
+    return error.what();
+  }
+  BOOST_FAIL("the expected error was not thrown");
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) {
+  const bool found = text.find(part) != std::string::npos;
+  if (!found) BOOST_TEST_MESSAGE("'" << part << "' not in: " << text);
+  return found;
+}
+
+/// The value of `metric` recorded at `step` (step rows) in `history`.
+double at_step(const MetricHistory& history, const std::string& metric, std::int64_t step) {
+  for (const auto& point : history.series(metric)) {
+    if (point.step == step) return point.value;
+  }
+  BOOST_FAIL("no point of " << metric << " at step " << step);
+  return 0;
+}
+
+/// The latest value of `metric` recorded in `epoch`.
+double in_epoch(const MetricHistory& history, const std::string& metric, std::int64_t epoch) {
+  const MetricPoint* found = nullptr;
+  for (const auto& point : history.series(metric)) {
+    if (point.epoch == epoch) found = &point;
+  }
+  BOOST_TEST_REQUIRE(found != nullptr);
+  return found->value;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(csv_logger)
+
+BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
+  TempDir dir;
+  const auto path = dir.path / "logs" / "metrics.csv";  // the directory is created
+  Run run(TrainerOptions().max_epochs(2));
+  run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(2)));
+  auto train = make_batches(6, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  run.trainer.fit(train, validation);
+
+  const Csv csv = read_csv(path);
+  const auto& history = run.trainer.state().metrics;
+  BOOST_TEST(csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "loss",
+                                                     "lr", "train_loss_epoch", "val_loss"}),
+             boost::test_tools::per_element());
+  // 12 steps / step_freq 2 + 2 epochs.
+  BOOST_TEST_REQUIRE(csv.rows.size() == 12u / 2 + 2);
+  for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
+  BOOST_TEST(csv.text.back() == '\n');
+
+  const auto steps = csv.of_kind("step");
+  BOOST_TEST_REQUIRE(steps.size() == 6u);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& row = steps[i];
+    const std::int64_t step = std::stoll(row.at("step"));
+    BOOST_TEST(step == static_cast<std::int64_t>(2 * (i + 1)));
+    BOOST_TEST(std::stoll(row.at("epoch")) == (step <= 6 ? 0 : 1));
+    BOOST_TEST(std::stod(row.at("loss")) == at_step(history, "train_loss", step));
+    BOOST_TEST(std::stod(row.at("lr")) == 0.1);
+    BOOST_TEST(std::stod(row.at("wall_time")) > 1.6e9);  // seconds since 1970
+    BOOST_TEST(row.at("train_loss_epoch").empty());
+    BOOST_TEST(row.at("val_loss").empty());
+  }
+  const auto epochs = csv.of_kind("epoch");
+  BOOST_TEST_REQUIRE(epochs.size() == 2u);
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto& row = epochs[epoch];
+    BOOST_TEST(std::stoll(row.at("epoch")) == epoch);
+    BOOST_TEST(std::stoll(row.at("step")) == 6 * (epoch + 1));
+    BOOST_TEST(std::stod(row.at("train_loss_epoch")) ==
+               in_epoch(history, "train_loss_epoch", epoch));
+    BOOST_TEST(std::stod(row.at("val_loss")) == in_epoch(history, "val_loss", epoch));
+    BOOST_TEST(std::stod(row.at("lr")) == 0.1);
+    BOOST_TEST(row.at("loss").empty());
+  }
+  // Epoch rows come after the epoch's step rows.
+  BOOST_TEST(csv.rows[3].at("kind") == "epoch");
+  BOOST_TEST(csv.rows[7].at("kind") == "epoch");
+}
+
+BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {
+  TempDir dir;
+  const auto path = dir.path / "metrics.csv";
+  Run run(TrainerOptions().max_epochs(3));
+  // A metric producer that only starts recording in the second epoch.
+  run.trainer.on(
+      Event::EpochEnd,
+      [](State& state) {
+        if (state.epoch >= 1)
+          state.record_metric("accuracy", 0.25 * static_cast<double>(state.epoch));
+      },
+      -100);
+  run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1)));
+  auto train = make_batches(2, 4);
+  run.trainer.fit(train);
+
+  const Csv csv = read_csv(path);
+  BOOST_TEST(csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "loss",
+                                                     "lr", "train_loss_epoch", "accuracy"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(csv.text.find("kind,", 1) == std::string::npos);  // one header
+  BOOST_TEST_REQUIRE(csv.rows.size() == 6u + 3);
+  for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
+  const auto epochs = csv.of_kind("epoch");
+  BOOST_TEST(epochs[0].at("accuracy").empty());
+  BOOST_TEST(std::stod(epochs[1].at("accuracy")) == 0.25);
+  BOOST_TEST(std::stod(epochs[2].at("accuracy")) == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(append_mode_continues_the_file_on_a_second_run) {
+  TempDir dir;
+  const auto path = dir.path / "metrics.csv";
+  auto train = make_batches(3, 4);
+  std::vector<double> losses;
+  for (int run_index = 0; run_index < 2; ++run_index) {
+    Run run;
+    run.trainer.add(
+        std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).append(true)));
+    run.trainer.fit(train);
+    for (const auto& point : run.trainer.state().metrics.series("train_loss")) {
+      losses.push_back(point.value);
+    }
+  }
+  const Csv csv = read_csv(path);
+  BOOST_TEST(csv.header.size() == 7u);
+  const auto steps = csv.of_kind("step");
+  BOOST_TEST_REQUIRE(steps.size() == 6u);
+  BOOST_TEST(csv.of_kind("epoch").size() == 2u);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    BOOST_TEST(std::stoll(steps[i].at("step")) == static_cast<std::int64_t>(i % 3 + 1));
+    BOOST_TEST(std::stod(steps[i].at("loss")) == losses[i]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(without_append_a_new_logger_replaces_the_file) {
+  TempDir dir;
+  const auto path = dir.path / "metrics.csv";
+  auto train = make_batches(3, 4);
+  for (int run_index = 0; run_index < 2; ++run_index) {
+    Run run;
+    run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1)));
+    run.trainer.fit(train);
+  }
+  BOOST_TEST(read_csv(path).rows.size() == 3u + 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) {
+  TempDir dir;
+  const auto path = dir.path / "metrics.csv";
+  auto train = make_batches(4, 4);
+  {
+    // The first run: 2 epochs of 4 steps; it "checkpointed" at the end of epoch 0 (step 4).
+    Run run(TrainerOptions().max_epochs(2));
+    run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1)));
+    run.trainer.fit(train);
+  }
+  {
+    // ... and was killed while writing a row.
+    std::ofstream partial(path, std::ios::app);
+    partial << "step,9,2,17";
+  }
+  BOOST_TEST(read_csv(path).rows.size() == 8u + 2 + 1);
+
+  // The resumed run restores the counters of the checkpoint before the loggers' ActionStart.
+  Run run(TrainerOptions().max_epochs(2));
+  run.trainer.on(
+      Event::ActionStart,
+      [](State& state) {
+        state.step = 4;
+        state.epoch = 1;
+        state.global_batch = 4;
+      },
+      -1000);
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).append(true)));
+  CapturedLog log;
+  run.trainer.fit(train);
+
+  const Csv csv = read_csv(path);
+  const auto steps = csv.of_kind("step");
+  BOOST_TEST_REQUIRE(steps.size() == 8u);  // each step once
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    BOOST_TEST(std::stoll(steps[i].at("step")) == static_cast<std::int64_t>(i + 1));
+  }
+  // Steps 5 to 8 are the resumed run's.
+  const auto& history = run.trainer.state().metrics;
+  for (std::int64_t step = 5; step <= 8; ++step) {
+    BOOST_TEST(std::stod(steps[step - 1].at("loss")) == at_step(history, "train_loss", step));
+  }
+  const auto epochs = csv.of_kind("epoch");
+  BOOST_TEST_REQUIRE(epochs.size() == 2u);
+  BOOST_TEST(epochs[0].at("epoch") == "0");
+  BOOST_TEST(epochs[1].at("epoch") == "1");
+  BOOST_TEST(std::stod(epochs[1].at("train_loss_epoch")) ==
+             in_epoch(history, "train_loss_epoch", 1));
+  BOOST_TEST(csv.rows.size() == 10u);
+  for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
+  bool reported = false;
+  for (const auto& message : log.messages("info")) {
+    reported = reported || has(message, "dropped 5 rows");
+  }
+  BOOST_TEST(reported);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_empty) {
+  TempDir dir;
+  const auto path = dir.path / "metrics.csv";
+  Run run(TrainerOptions().max_epochs(2));
+  run.trainer.add(std::make_shared<CsvLogger>(
+      CsvLoggerOptions(path.string()).step_freq(1).tensors_to_log({"loss", "accuracy"})));
+  auto train = make_batches(3, 4);
+  CapturedLog log;
+  run.trainer.fit(train);
+
+  const auto warnings = log.messages("warning");
+  BOOST_TEST_REQUIRE(warnings.size() == 1u);
+  BOOST_TEST(has(warnings[0], "no tensor named 'accuracy' at step 1"));
+  BOOST_TEST(has(warnings[0], "present: loss"));
+  const Csv csv = read_csv(path);
+  const auto steps = csv.of_kind("step");
+  BOOST_TEST_REQUIRE(steps.size() == 6u);
+  for (const auto& row : steps) {
+    BOOST_TEST(row.at("accuracy").empty());
+    BOOST_TEST(!row.at("loss").empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_unwritable_path_fails_at_action_start_and_the_action_still_ends) {
+  TempDir dir;
+  const auto blocker = dir.path / "not_a_directory";
+  std::ofstream(blocker) << "a file where a directory is expected\n";
+  const auto path = blocker / "metrics.csv";
+
+  torch::nn::Sequential model = make_model();
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
+  Trainer trainer(model, optimizer, cross_entropy,
+                  TrainerOptions().use_registered_subscriptions(false));
+  auto recorder = std::make_shared<RecordingCallback>();
+  trainer.add(recorder);
+  trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string())));
+  auto train = make_batches(3, 4);
+  const auto message = message_of<ConfigError>([&] { trainer.fit(train); });
+  BOOST_TEST(has(message, "CsvLogger 'csv_logger': cannot create the directory"));
+  BOOST_TEST(has(message, path.string()));
+  BOOST_TEST(joined(recorder->events) == "ActionStart Exception ActionEnd");
+}
+
+BOOST_AUTO_TEST_CASE(appending_to_a_file_it_did_not_write_is_a_config_error) {
+  TempDir dir;
+  const auto path = dir.path / "other.csv";
+  std::ofstream(path) << "a,b,c\n1,2,3\n";
+  Run run;
+  run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).append(true)));
+  auto train = make_batches(2, 4);
+  const auto message = message_of<ConfigError>([&] { run.trainer.fit(train); });
+  BOOST_TEST(has(message, "does not start with kind,step,epoch,wall_time"));
+  BOOST_TEST(run.trainer.state().step == 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
+  BOOST_TEST(
+      has(message_of<ConfigError>([] { CsvLogger logger(CsvLoggerOptions("m.csv").step_freq(0)); }),
+          "step_freq must be >= 1, got 0"));
+  BOOST_TEST(has(message_of<ConfigError>([] { CsvLogger logger(CsvLoggerOptions("")); }),
+                 "path is empty"));
+  BOOST_TEST(has(message_of<ConfigError>([] {
+                   CsvLogger logger(CsvLoggerOptions("m.csv").tensors_to_log({"loss", "loss"}));
+                 }),
+                 "names 'loss' twice"));
+  BOOST_TEST(has(message_of<ConfigError>(
+                     [] { CsvLogger logger(CsvLoggerOptions("m.csv").tensors_to_log({"lr"})); }),
+                 "clashes with a fixed column"));
+}
+
+BOOST_AUTO_TEST_CASE(default_priority_and_options) {
+  CsvLogger logger(CsvLoggerOptions("m.csv"));
+  BOOST_TEST(logger.priority() == 100);
+  BOOST_TEST(logger.name() == "csv_logger");
+  BOOST_TEST(logger.options().step_freq() == 50);
+  BOOST_TEST(!logger.options().append());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
