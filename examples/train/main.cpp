@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
+#include <torchbus/callbacks/callbacks.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <atomic>
@@ -47,6 +48,11 @@ struct Flags {
   std::string out = "runs/torchbus-train";
   int threads = 0;
   std::int64_t log_every = 50;
+  std::int64_t checkpoint_every = 0;
+  bool checkpoints = true;
+  bool resume = false;
+  bool csv = true;
+  bool progress = true;
 };
 
 /// Accepts integers >= `minimum`, with a message a person can act on.
@@ -112,7 +118,19 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--out", flags.out, "run directory (created; its summary.json is replaced)");
   app.add_option("--threads", flags.threads, "intra-op threads (0: LibTorch's default)")
       ->check(at_least(0));
-  app.add_option("--log-every", flags.log_every, "log the loss every N steps")->check(at_least(1));
+  app.add_option("--log-every", flags.log_every,
+                 "SimpleLogger: log loss, learning rate and step time every N steps")
+      ->check(at_least(1));
+  app.add_option("--checkpoint-every", flags.checkpoint_every,
+                 "ModelCheckpoint: also save every N steps (0: at epoch ends only)")
+      ->check(at_least(0));
+  app.add_flag("--checkpoints,!--no-checkpoints", flags.checkpoints,
+               "ModelCheckpoint: save to OUT/checkpoints at epoch ends and on Ctrl-C (on)");
+  app.add_flag("--resume", flags.resume,
+               "continue from the newest valid checkpoint in OUT/checkpoints");
+  app.add_flag("--csv,!--no-csv", flags.csv, "CsvLogger: write OUT/metrics.csv (on)");
+  app.add_flag("--progress,!--no-progress", flags.progress,
+               "ProgressBar: a live bar on a terminal, periodic lines otherwise (on)");
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Flags& flags,
@@ -142,11 +160,11 @@ double latest_or_nan(const torchbus::MetricHistory& metrics, const std::string& 
   return metrics.contains(name) ? metrics.latest(name).value : std::nan("");
 }
 
-/// Sends the torchbus log to the console and to `directory`/train.log.
-void log_to(const fs::path& directory) {
+/// Sends the torchbus log to the console and to `directory`/train.log (continued on --resume).
+void log_to(const fs::path& directory, bool append) {
   auto file =
       std::make_shared<spdlog::sinks::basic_file_sink_mt>((directory / "train.log").string(),
-                                                          /*truncate=*/true);
+                                                          /*truncate=*/!append);
   torchbus::logger()->sinks().push_back(file);
   torchbus::logger()->flush_on(spdlog::level::info);
 }
@@ -154,6 +172,13 @@ void log_to(const fs::path& directory) {
 int run(const Flags& flags) {
   const fs::path out(flags.out);
   std::error_code error;
+  if (flags.resume) {
+    TORCHBUS_CHECK(flags.checkpoints, torchbus::ConfigError,
+                   "--resume needs checkpoints; drop --no-checkpoints");
+    TORCHBUS_CHECK(torchbus::newest_valid_checkpoint(out / "checkpoints").has_value(),
+                   torchbus::CheckpointError, "--resume: no valid checkpoint in ",
+                   (out / "checkpoints").string());
+  }
   fs::create_directories(out, error);
   TORCHBUS_CHECK(!error && fs::is_directory(out), torchbus::Error,
                  "cannot create the run directory '", flags.out,
@@ -164,7 +189,7 @@ int run(const Flags& flags) {
     TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
                    "' is not writable");
   }
-  log_to(out);
+  log_to(out, flags.resume);
   auto log = torchbus::logger();
   if (flags.threads > 0) torch::set_num_threads(flags.threads);
 
@@ -186,6 +211,25 @@ int run(const Flags& flags) {
       },
       options);
   trainer.add(std::make_shared<train::Accuracy>());
+  trainer.add(std::make_shared<torchbus::SimpleLogger>(
+      torchbus::SimpleLoggerOptions().step_freq(flags.log_every)));
+  if (flags.csv) {
+    trainer.add(std::make_shared<torchbus::CsvLogger>(
+        torchbus::CsvLoggerOptions((out / "metrics.csv").string())
+            .step_freq(flags.log_every)
+            .append(flags.resume)));
+  }
+  if (flags.progress) {
+    trainer.add(std::make_shared<torchbus::ProgressBar>(
+        torchbus::ProgressBarOptions().metrics_to_show({"val_loss", "val_accuracy"})));
+  }
+  if (flags.checkpoints) {
+    trainer.add(std::make_shared<torchbus::ModelCheckpoint>(
+        torchbus::ModelCheckpointOptions(out / "checkpoints")
+            .every_n_steps(flags.checkpoint_every)
+            .monitor(flags.val_every > 0 ? "val_loss" : "")
+            .resume(flags.resume)));
+  }
 
   std::int64_t samples = 0;
   trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State& s) {
@@ -194,12 +238,8 @@ int run(const Flags& flags) {
   trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
     if (interrupted) s.request_stop("interrupted (SIGINT)");
   });
-  trainer.on(torchbus::Event::StepEnd, torchbus::every(flags.log_every), [&](torchbus::State& s) {
-    log->info("epoch {} step {} loss {:.4f}", s.epoch + 1, s.step,
-              s.tensors.get("loss").item<double>());
-  });
   trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& s) {
-    log->info("epoch {} done: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
+    log->info("epoch {} ended: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
               s.epoch + 1, latest_or_nan(s.metrics, "train_loss_epoch"),
               latest_or_nan(s.metrics, "train_accuracy"), latest_or_nan(s.metrics, "val_loss"),
               latest_or_nan(s.metrics, "val_accuracy"));

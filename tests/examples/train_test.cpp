@@ -2,7 +2,9 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -33,11 +35,34 @@ Result run_train(const std::string& arguments) {
   return result;
 }
 
+/// Starts torchbus-train with `arguments`, sends SIGINT once `log` contains `marker`, and returns
+/// the exit status.
+int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
+                    const std::string& marker);
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
+                    const std::string& marker) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(TORCHBUS_TRAIN_PATH)};
+    for (const auto& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
+    argv.push_back(nullptr);
+    std::freopen("/dev/null", "w", stdout);
+    execv(TORCHBUS_TRAIN_PATH, argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 2000 && read_file(log).find(marker) == std::string::npos; ++i) usleep(5000);
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /// The number stored under `key` in a flat JSON text (NaN when absent or null).
@@ -132,7 +157,7 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.5);  // chance is 0.1
   BOOST_TEST(json_string(summary, "params_sha256").size() == 64u);
   const auto log = read_file(out / "train.log");
-  BOOST_TEST(contains(log, "epoch 3 done"));
+  BOOST_TEST(contains(log, "epoch 3 ended"));
   for (const auto& entry : fs::directory_iterator(out)) {
     BOOST_TEST(entry.path().filename().string().find(".tmp") == std::string::npos);
   }
@@ -151,6 +176,33 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 40 --seed 7 --out " + other.string()).status == 0);
   BOOST_TEST(json_string(read_file(other / "summary.json"), "params_sha256") != a);
+}
+
+BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
+  const auto reference = scratch("uninterrupted");
+  const std::string common = " --epochs 3 --no-progress --log-every 20 --out ";
+  BOOST_TEST_REQUIRE(run_train(common + reference.string()).status == 0);
+  const auto expected = json_string(read_file(reference / "summary.json"), "params_sha256");
+
+  const auto out = scratch("interrupted");
+  const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+                                           "20",       "--out", out.string()};
+  BOOST_TEST(interrupt_train(arguments, out / "train.log", "step 160 ") == 130);
+  const auto interrupted = read_file(out / "summary.json");  // says it did not finish
+  BOOST_TEST(json_string(interrupted, "stop_reason") == "interrupted (SIGINT)");
+  BOOST_TEST(json_number(interrupted, "steps") < 384);
+  BOOST_TEST(fs::exists(out / "checkpoints" / "last.tbckpt"));
+  const auto resumed = run_train(common + out.string() + " --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(contains(read_file(out / "train.log"), "resumed from"));
+  const auto summary = read_file(out / "summary.json");
+  BOOST_TEST(json_number(summary, "steps") == 384);
+  BOOST_TEST(json_string(summary, "params_sha256") == expected);
+  // The CSV continues the interrupted run's rows without duplicates.
+  const auto csv = read_file(out / "metrics.csv");
+  BOOST_TEST(csv.find("step,160,") != std::string::npos);
+  BOOST_TEST(csv.find("step,160,") == csv.rfind("step,160,"));
+  BOOST_TEST(run_train("--resume --out " + scratch("nothing_to_resume").string()).status == 1);
 }
 
 BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {

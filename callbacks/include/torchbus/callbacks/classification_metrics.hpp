@@ -1,0 +1,80 @@
+#pragma once
+
+/// \file
+/// ClassificationMetrics: accuracy, precision, recall and F1 of each evaluation, from a confusion
+/// matrix accumulated on the device.
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// What ClassificationMetrics reads and records, e.g.
+/// `ClassificationMetricsOptions().num_classes(10).prefix("test_")`.
+struct ClassificationMetricsOptions {
+  /// Number of classes C (0: output.size(1) of the first evaluation batch).
+  TORCH_ARG(std::int64_t, num_classes) = 0;
+  /// Prefix of every recorded metric: "<prefix>accuracy", "<prefix>precision", ...
+  TORCH_ARG(std::string, prefix) = "val_";
+  /// Also record "<prefix>precision_class_<c>", "<prefix>recall_class_<c>", "<prefix>f1_class_<c>".
+  TORCH_ARG(bool, per_class) = true;
+  /// Tensor holding the model's scores, shape [N, C] or [N, C, d...] (argmax over dim 1).
+  TORCH_ARG(std::string, output) = "output";
+  /// Tensor holding the class indices, shape [N] or [N, d...].
+  TORCH_ARG(std::string, target) = "target";
+  /// Name of the confusion matrix in the tensor store (Scope::Epoch).
+  TORCH_ARG(std::string, confusion_matrix) = "confusion_matrix";
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+/// Accumulates a C x C confusion matrix (rows: true class, columns: predicted class) over each
+/// evaluation with tensor ops on the batches' device (no sync per batch). At EvalEnd it copies the
+/// matrix to the host once and records accuracy and macro precision, recall and F1 (means over
+/// all C classes; a ratio with a zero denominator counts as 0, as scikit-learn's
+/// zero_division=0), plus per-class values, and stores the matrix (int64) in the tensor store.
+/// Cancelled evaluation batches are skipped. Default priority -100 (a metric producer).
+class ClassificationMetrics : public Callback {
+ public:
+  /// Default priority: metric producers run first.
+  static constexpr int kDefaultPriority = -100;
+
+  /// A ClassificationMetrics called `name`; throws ConfigError for invalid options.
+  explicit ClassificationMetrics(ClassificationMetricsOptions options = {},
+                                 std::string name = "classification_metrics");
+
+  /// The options it was built with.
+  const ClassificationMetricsOptions& options() const noexcept { return options_; }
+  /// The number of classes (given, or inferred from the first batch; 0 before).
+  std::int64_t num_classes() const noexcept { return classes_; }
+  /// Confusion matrix of the last completed evaluation (on the CPU), undefined before.
+  const at::Tensor& confusion_matrix() const noexcept { return last_; }
+
+  /// Starts a new confusion matrix.
+  void on_eval_start(State& state) override;
+  /// Adds the batch's predictions to the matrix, without a sync.
+  void on_eval_batch_end(State& state) override;
+  /// Reads the matrix (one sync) and records the metrics.
+  void on_eval_end(State& state) override;
+
+  /// Writes the number of classes and the last confusion matrix.
+  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Restores what `save_state` wrote.
+  void load_state(torch::serialize::InputArchive& archive) override;
+
+ private:
+  ClassificationMetricsOptions options_;
+  std::int64_t classes_ = 0;
+  at::Tensor matrix_;               // flat C*C counts on the device, for the evaluation in progress
+  at::Tensor last_;                 // C x C, CPU, last completed evaluation
+  std::vector<std::string> names_;  // metric names: 4 macro ones, then 3 per class
+};
+
+}  // namespace torchbus

@@ -1,0 +1,91 @@
+#pragma once
+
+/// \file
+/// EarlyStopping: stops the run when a monitored metric stops improving, reaches a target or
+/// diverges.
+
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+#include <torchbus/event.hpp>
+#include <torchbus/metric_history.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace torchbus {
+
+/// What EarlyStopping watches, e.g.
+/// `EarlyStoppingOptions().monitor("val_accuracy").mode(Mode::Max).patience(5)`.
+struct EarlyStoppingOptions {
+  /// Name of the metric in the metric history to watch.
+  TORCH_ARG(std::string, monitor) = "val_loss";
+  /// Whether lower (Min) or higher (Max) values are better.
+  TORCH_ARG(Mode, mode) = Mode::Min;
+  /// Checks in a row without improvement after which the run stops (>= 0; 0: the first one).
+  TORCH_ARG(std::int64_t, patience) = 3;
+  /// An improvement must beat the best value by more than this (>= 0).
+  TORCH_ARG(double, min_delta) = 0.0;
+  /// Stop as soon as the metric reaches this value (Min: <=, Max: >=).
+  TORCH_ARG(std::optional<double>, stopping_threshold) = std::nullopt;
+  /// Stop as soon as the metric is worse than this value (Min: >, Max: <).
+  TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
+  /// Stop when the metric is NaN or infinite.
+  TORCH_ARG(bool, check_finite) = true;
+  /// When to check: Event::EvalEnd (after every evaluation) or Event::EpochEnd.
+  TORCH_ARG(Event, check_on) = Event::EvalEnd;
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+/// Stops the run (state.request_stop, at the next step boundary) when the monitored metric has
+/// not improved for `patience` checks in a row (as Lightning and Keras), reached
+/// `stopping_threshold` or crossed `divergence_threshold`. A check reads the metric's newest point
+/// (a host sync if it was recorded as a tensor, once per check); a check with no new point since
+/// the previous one is skipped. Default priority 50: after metric producers and schedulers, before
+/// loggers (100) and checkpointing (200).
+class EarlyStopping : public Callback {
+ public:
+  /// Default priority: after metric producers, before loggers and checkpointing.
+  static constexpr int kDefaultPriority = 50;
+
+  /// An EarlyStopping called `name`; throws ConfigError for invalid options.
+  explicit EarlyStopping(EarlyStoppingOptions options = {}, std::string name = "early_stopping");
+
+  /// The options it was built with.
+  const EarlyStoppingOptions& options() const noexcept { return options_; }
+  /// Best value seen so far (+inf for Min, -inf for Max before the first check).
+  double best() const noexcept { return best_; }
+  /// Checks since the last improvement.
+  std::int64_t wait() const noexcept { return wait_; }
+  /// Epoch at which it requested the stop, or -1.
+  std::int64_t stopped_epoch() const noexcept { return stopped_epoch_; }
+
+  /// Checks after an evaluation (when check_on is EvalEnd).
+  void on_eval_end(State& state) override;
+  /// Checks at the end of an epoch (when check_on is EpochEnd).
+  void on_epoch_end(State& state) override;
+
+  /// Writes best, wait, the last point checked and the stop epoch.
+  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Restores what `save_state` wrote.
+  void load_state(torch::serialize::InputArchive& archive) override;
+
+ private:
+  void check(State& state);
+  bool improved(double value) const noexcept;
+
+  EarlyStoppingOptions options_;
+  double best_;
+  std::int64_t wait_ = 0;
+  std::int64_t best_step_ = -1;
+  std::int64_t best_epoch_ = -1;
+  std::int64_t last_count_ = -1;  // points of the metric at the previous check
+  std::int64_t last_step_ = -1;   // step of the newest point already checked
+  std::int64_t last_epoch_ = -1;  // epoch of the newest point already checked
+  std::int64_t stopped_epoch_ = -1;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,69 @@
+#pragma once
+
+/// \file
+/// GradientStats: the global (and per-parameter) gradient norm, as tensors and metrics.
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+#include <torchbus/event.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// What GradientStats computes, e.g. `GradientStatsOptions().step_freq(10).per_parameter(true)`.
+struct GradientStatsOptions {
+  /// Compute every n-th optimizer step (>= 1).
+  TORCH_ARG(std::int64_t, step_freq) = 1;
+  /// Order of the norm (> 0, or infinity for the largest absolute element).
+  TORCH_ARG(double, norm_type) = 2.0;
+  /// Also the norm of each parameter's gradient, as "<name>/<parameter name>".
+  TORCH_ARG(bool, per_parameter) = false;
+  /// Name of the global norm in the tensor store and the metric history.
+  TORCH_ARG(std::string, name) = "grad_norm";
+  /// Event::BeforeOptimizerStep (gradients before clipping) or Event::AfterOptimizerStep (the
+  /// gradients the optimizer applied, after TrainerOptions' clipping).
+  TORCH_ARG(Event, event) = Event::BeforeOptimizerStep;
+  /// Also record the norms in the metric history (as tensors: no sync until they are read).
+  TORCH_ARG(bool, record) = true;
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+/// Computes gradient norms every `step_freq` optimizer steps and stores them as one-element
+/// tensors with Scope::Step ("grad_norm", "grad_norm/<parameter>"), recorded in the metric history
+/// at the step's number (state.step + 1, as "train_loss"). Never syncs. Parameters without a
+/// gradient are left out. Default priority -100 (a metric producer).
+class GradientStats : public Callback {
+ public:
+  /// Default priority: metric producers run first.
+  static constexpr int kDefaultPriority = -100;
+
+  /// A GradientStats called `name`; throws ConfigError for invalid options.
+  explicit GradientStats(GradientStatsOptions options = {}, std::string name = "gradient_stats");
+
+  /// The options it was built with.
+  const GradientStatsOptions& options() const noexcept { return options_; }
+
+  /// Caches the model's named parameters.
+  void on_action_start(State& state) override;
+  /// Computes the norms (when `event` is BeforeOptimizerStep).
+  void on_before_optimizer_step(State& state) override;
+  /// Computes the norms (when `event` is AfterOptimizerStep).
+  void on_after_optimizer_step(State& state) override;
+
+ private:
+  void compute(State& state);
+
+  GradientStatsOptions options_;
+  std::vector<at::Tensor> parameters_;
+  std::vector<std::string> parameter_names_;  // "<name>/<parameter name>"
+  std::vector<at::Tensor> norms_;             // reused per step
+};
+
+}  // namespace torchbus

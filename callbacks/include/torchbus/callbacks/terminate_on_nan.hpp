@@ -1,0 +1,74 @@
+#pragma once
+
+/// \file
+/// TerminateOnNaN: stops the run before a non-finite loss (or tensor, or gradient) updates the
+/// weights.
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// What TerminateOnNaN checks, e.g. `TerminateOnNaNOptions().tensors({"loss", "output"})`.
+struct TerminateOnNaNOptions {
+  /// Names of batch tensors checked after every backward (the default train step stores "loss",
+  /// "output" and "target"); each must be in the tensor store at AfterBackward.
+  TORCH_ARG(std::vector<std::string>, tensors) = {"loss"};
+  /// Also check every parameter's gradient before the optimizer step.
+  TORCH_ARG(bool, check_gradients) = false;
+};
+
+/// Checks the configured tensors of every batch (at AfterBackward, no sync) and, optionally, the
+/// gradients; at BeforeOptimizerStep reads one flag for the whole step (one host sync per step).
+/// A non-finite value skips that step's update (`state.skip_update`), so the weights stay as they
+/// were before the step, and requests a stop naming the tensor, batch, step and epoch.
+/// Default priority -50: after metric producers, before the learning rate scheduler.
+class TerminateOnNaN : public Callback {
+ public:
+  /// Default priority: after metric producers (-100), before everything else.
+  static constexpr int kDefaultPriority = -50;
+
+  /// A TerminateOnNaN called `name`.
+  explicit TerminateOnNaN(TerminateOnNaNOptions options = {},
+                          std::string name = "terminate_on_nan");
+
+  /// The options it was built with.
+  const TerminateOnNaNOptions& options() const noexcept { return options_; }
+  /// Whether it has stopped a run (kept in checkpoints).
+  bool triggered() const noexcept { return !reason_.empty(); }
+  /// The stop reason it gave, empty when it has not triggered.
+  const std::string& reason() const noexcept { return reason_; }
+
+  /// Caches the model's parameters (when checking gradients).
+  void on_action_start(State& state) override;
+  /// Forgets the flags of an interrupted step.
+  void on_step_start(State& state) override;
+  /// Records, without a sync, whether each configured tensor of the batch is finite.
+  void on_after_backward(State& state) override;
+  /// Reads the step's flags (one sync); on a non-finite value skips the update and stops.
+  void on_before_optimizer_step(State& state) override;
+
+  /// Writes whether it triggered and why.
+  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Restores what `save_state` wrote.
+  void load_state(torch::serialize::InputArchive& archive) override;
+
+ private:
+  struct Check {
+    std::size_t tensor;         // index into options_.tensors()
+    std::int64_t global_batch;  // the batch it was computed on
+  };
+  TerminateOnNaNOptions options_;
+  std::vector<at::Tensor> flags_;  // one bool tensor per check of the current step
+  std::vector<Check> checks_;      // what each flag is about
+  std::vector<at::Tensor> parameters_;
+  std::vector<at::Tensor> gradient_flags_;  // reused per step
+  std::string reason_;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,158 @@
+#include <ATen/ATen.h>
+#include <torch/serialize/archive.h>
+#include <torchbus/callbacks/classification_metrics.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/state.hpp>
+
+#include <vector>
+
+namespace torchbus {
+namespace {
+
+double ratio(double numerator, double denominator) {
+  return denominator > 0.0 ? numerator / denominator : 0.0;
+}
+
+}  // namespace
+
+void ClassificationMetricsOptions::validate() const {
+  TORCHBUS_CHECK(num_classes() == 0 || num_classes() >= 2, ConfigError,
+                 "ClassificationMetrics: num_classes must be >= 2, or 0 to infer it from the "
+                 "output, got ",
+                 num_classes());
+  TORCHBUS_CHECK(!output().empty() && !target().empty(), ConfigError,
+                 "ClassificationMetrics: the output and target tensor names must not be empty");
+  TORCHBUS_CHECK(!confusion_matrix().empty(), ConfigError,
+                 "ClassificationMetrics: the confusion_matrix tensor name must not be empty");
+}
+
+ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority),
+      options_(std::move(options)),
+      classes_(options_.num_classes()) {
+  options_.validate();
+}
+
+void ClassificationMetrics::on_eval_start(State& /*state*/) {
+  matrix_.reset();
+}
+
+void ClassificationMetrics::on_eval_batch_end(State& state) {
+  if (state.cancelled) return;
+  const auto* output = state.tensors.find(options_.output());
+  const auto* target = state.tensors.find(options_.target());
+  TORCHBUS_CHECK(output != nullptr && target != nullptr, ConfigError,
+                 "ClassificationMetrics: needs tensors '", options_.output(), "' and '",
+                 options_.target(), "' at EvalBatchEnd (evaluation batch ", state.eval_batch,
+                 "); present: ", detail::join_or_none(state.tensors.names()),
+                 ". A custom eval step must store them, or configure the output and target names");
+  TORCHBUS_CHECK(output->dim() >= 2 && output->size(1) >= 2, DataError,
+                 "ClassificationMetrics: expected output '", options_.output(),
+                 "' of shape [N, C, ...] with C >= 2 class scores, got shape ", output->sizes());
+  if (classes_ == 0) classes_ = output->size(1);
+  TORCHBUS_CHECK(output->size(1) == classes_, DataError, "ClassificationMetrics: output '",
+                 options_.output(), "' has ", output->size(1), " class scores (shape ",
+                 output->sizes(), "); expected ", classes_, " classes");
+  const auto predicted = output->detach().argmax(1).reshape({-1});
+  const auto truth = target->detach().reshape({-1}).to(at::kLong);
+  TORCHBUS_CHECK(truth.numel() == predicted.numel(), DataError, "ClassificationMetrics: target '",
+                 options_.target(), "' of shape ", target->sizes(),
+                 " does not match the predictions of output of shape ", output->sizes(),
+                 "; expected a target of shape [N, ...] without the class dimension");
+  if (!matrix_.defined()) {
+    matrix_ = at::zeros({classes_ * classes_}, predicted.options().dtype(at::kLong));
+  }
+  // scatter_add_ instead of bincount: bincount reads the maximum on the host (a sync on a GPU).
+  const auto index = truth * classes_ + predicted;
+  try {
+    matrix_.scatter_add_(0, index, at::ones_like(index));
+  } catch (const c10::Error& error) {
+    throw DataError(detail::concat("ClassificationMetrics: cannot count target '",
+                                   options_.target(), "' (expected class indices in [0, ", classes_,
+                                   ")): ", error.what_without_backtrace()));
+  }
+}
+
+void ClassificationMetrics::on_eval_end(State& state) {
+  if (!matrix_.defined()) return;                                   // every batch was cancelled
+  const auto matrix = matrix_.reshape({classes_, classes_}).cpu();  // the one sync
+  matrix_.reset();
+  last_ = matrix;
+  state.tensors.set(options_.confusion_matrix(), matrix, Scope::Epoch);
+
+  const auto counts = matrix.to(at::kDouble).contiguous();
+  const auto* m = counts.data_ptr<double>();
+  const auto c = static_cast<std::size_t>(classes_);
+  double total = 0.0;
+  double correct = 0.0;
+  std::vector<double> precision(c), recall(c), f1(c);
+  for (std::size_t k = 0; k < c; ++k) {
+    double predicted = 0.0;  // column sum
+    double actual = 0.0;     // row sum
+    for (std::size_t j = 0; j < c; ++j) {
+      predicted += m[j * c + k];
+      actual += m[k * c + j];
+    }
+    const double hits = m[k * c + k];
+    total += actual;
+    correct += hits;
+    precision[k] = ratio(hits, predicted);
+    recall[k] = ratio(hits, actual);
+    f1[k] = ratio(2.0 * precision[k] * recall[k], precision[k] + recall[k]);
+  }
+  const auto mean = [c](const std::vector<double>& values) {
+    double sum = 0.0;
+    for (double value : values) sum += value;
+    return sum / static_cast<double>(c);
+  };
+  if (names_.size() != 4 + 3 * c) {
+    names_.clear();
+    const auto& prefix = options_.prefix();
+    for (const char* name : {"accuracy", "precision", "recall", "f1"}) {
+      names_.push_back(prefix + name);
+    }
+    for (std::size_t k = 0; k < c; ++k) {
+      for (const char* name : {"precision", "recall", "f1"}) {
+        std::string full = prefix;
+        full.append(name).append("_class_").append(std::to_string(k));
+        names_.push_back(std::move(full));
+      }
+    }
+  }
+  state.record_metric(names_[0], ratio(correct, total));
+  state.record_metric(names_[1], mean(precision));
+  state.record_metric(names_[2], mean(recall));
+  state.record_metric(names_[3], mean(f1));
+  if (options_.per_class()) {
+    for (std::size_t k = 0; k < c; ++k) {
+      state.record_metric(names_[4 + 3 * k], precision[k]);
+      state.record_metric(names_[5 + 3 * k], recall[k]);
+      state.record_metric(names_[6 + 3 * k], f1[k]);
+    }
+  }
+}
+
+void ClassificationMetrics::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("num_classes", c10::IValue(classes_));
+  archive.write("has_confusion_matrix", c10::IValue(last_.defined()));
+  if (last_.defined()) archive.write("confusion_matrix", last_);
+}
+
+void ClassificationMetrics::load_state(torch::serialize::InputArchive& archive) {
+  c10::IValue value;
+  archive.read("num_classes", value);
+  const auto classes = value.toInt();
+  TORCHBUS_CHECK(options_.num_classes() == 0 || classes == options_.num_classes(), ConfigError,
+                 "ClassificationMetrics: the saved state is for ", classes,
+                 " classes; this callback was configured for ", options_.num_classes());
+  classes_ = classes;
+  archive.read("has_confusion_matrix", value);
+  last_.reset();
+  if (value.toBool()) {
+    at::Tensor matrix;
+    archive.read("confusion_matrix", matrix);
+    last_ = matrix;
+  }
+}
+
+}  // namespace torchbus

@@ -1,0 +1,151 @@
+#include <spdlog/spdlog.h>
+#include <torch/serialize/archive.h>
+#include <torchbus/callbacks/early_stopping.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace torchbus {
+namespace {
+
+const char* mode_name(Mode mode) {
+  return mode == Mode::Min ? "min" : "max";
+}
+
+double worst(Mode mode) {
+  return mode == Mode::Min ? std::numeric_limits<double>::infinity()
+                           : -std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+void EarlyStoppingOptions::validate() const {
+  TORCHBUS_CHECK(!monitor().empty(), ConfigError,
+                 "EarlyStopping: monitor is empty; expected the name of a metric such as "
+                 "\"val_loss\"");
+  TORCHBUS_CHECK(patience() >= 0, ConfigError, "EarlyStopping: patience must be >= 0, got ",
+                 patience());
+  TORCHBUS_CHECK(min_delta() >= 0.0, ConfigError, "EarlyStopping: min_delta must be >= 0, got ",
+                 min_delta());
+  TORCHBUS_CHECK(check_on() == Event::EvalEnd || check_on() == Event::EpochEnd, ConfigError,
+                 "EarlyStopping: check_on must be EvalEnd or EpochEnd, got ",
+                 to_string(check_on()));
+  if (stopping_threshold() && divergence_threshold()) {
+    const double stop = *stopping_threshold();
+    const double diverge = *divergence_threshold();
+    TORCHBUS_CHECK(mode() == Mode::Min ? stop < diverge : stop > diverge, ConfigError,
+                   "EarlyStopping: with mode ", mode_name(mode()), " stopping_threshold (", stop,
+                   ") must be ", mode() == Mode::Min ? "below" : "above", " divergence_threshold (",
+                   diverge, ")");
+  }
+}
+
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority),
+      options_(std::move(options)),
+      best_(worst(options_.mode())) {
+  options_.validate();
+}
+
+void EarlyStopping::on_eval_end(State& state) {
+  if (options_.check_on() == Event::EvalEnd) check(state);
+}
+
+void EarlyStopping::on_epoch_end(State& state) {
+  if (options_.check_on() == Event::EpochEnd) check(state);
+}
+
+bool EarlyStopping::improved(double value) const noexcept {
+  return options_.mode() == Mode::Min ? value < best_ - options_.min_delta()
+                                      : value > best_ + options_.min_delta();
+}
+
+void EarlyStopping::check(State& state) {
+  const auto& monitor = options_.monitor();
+  TORCHBUS_CHECK(state.metrics.contains(monitor), ConfigError, "EarlyStopping: monitored metric '",
+                 monitor, "' was not recorded by ", to_string(options_.check_on()), " (epoch ",
+                 state.epoch, ", step ", state.step,
+                 "); metrics present: ", detail::join_or_none(state.metrics.names()),
+                 ". Expected one of them, or a metric recorded before EarlyStopping runs "
+                 "(priority ",
+                 priority(), ")");
+  const auto& series = state.metrics.series(monitor);  // a host read if recorded as a tensor
+  const auto count = static_cast<std::int64_t>(series.size());
+  const auto& point = series.back();
+  if (count == last_count_ && point.step == last_step_ && point.epoch == last_epoch_) return;
+  last_count_ = count;
+  last_step_ = point.step;
+  last_epoch_ = point.epoch;
+
+  const double value = point.value;
+  const bool min = options_.mode() == Mode::Min;
+  std::string reason;
+  if (options_.check_finite() && !std::isfinite(value)) {
+    reason =
+        detail::concat("EarlyStopping: ", monitor, " = ", value,
+                       " is not finite; stopping at epoch ", state.epoch, ", step ", state.step);
+  } else if (const auto& threshold = options_.stopping_threshold();
+             threshold && (min ? value <= *threshold : value >= *threshold)) {
+    reason = detail::concat("EarlyStopping: ", monitor, " = ", value,
+                            " reached the stopping "
+                            "threshold ",
+                            *threshold, " at epoch ", state.epoch, ", step ", state.step);
+  } else if (const auto& divergence = options_.divergence_threshold();
+             divergence && (min ? value > *divergence : value < *divergence)) {
+    reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
+                            min ? "above" : "below", " the divergence threshold ", *divergence,
+                            " at epoch ", state.epoch, ", step ", state.step);
+  } else if (improved(value)) {
+    best_ = value;
+    best_step_ = point.step;
+    best_epoch_ = point.epoch;
+    wait_ = 0;
+    logger()->debug("EarlyStopping: {} improved to {}", monitor, value);
+  } else {
+    ++wait_;
+    if (wait_ >= options_.patience()) {
+      reason = detail::concat("EarlyStopping: ", monitor, " did not improve (mode ",
+                              mode_name(options_.mode()), ", min_delta ", options_.min_delta(),
+                              ") for ", wait_, " checks, patience ", options_.patience(), "; best ",
+                              best_, " at epoch ", best_epoch_, ", step ", best_step_,
+                              "; stopping at epoch ", state.epoch, ", step ", state.step);
+    }
+  }
+  if (!reason.empty()) {
+    stopped_epoch_ = state.epoch;
+    logger()->info(reason);
+    state.request_stop(std::move(reason));
+  }
+}
+
+void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("best", c10::IValue(best_));
+  archive.write("wait", c10::IValue(wait_));
+  archive.write("best_step", c10::IValue(best_step_));
+  archive.write("best_epoch", c10::IValue(best_epoch_));
+  archive.write("last_count", c10::IValue(last_count_));
+  archive.write("last_step", c10::IValue(last_step_));
+  archive.write("last_epoch", c10::IValue(last_epoch_));
+  archive.write("stopped_epoch", c10::IValue(stopped_epoch_));
+}
+
+void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
+  const auto read = [&archive](const char* key) {
+    c10::IValue value;
+    archive.read(key, value);
+    return value;
+  };
+  best_ = read("best").toDouble();
+  wait_ = read("wait").toInt();
+  best_step_ = read("best_step").toInt();
+  best_epoch_ = read("best_epoch").toInt();
+  last_count_ = read("last_count").toInt();
+  last_step_ = read("last_step").toInt();
+  last_epoch_ = read("last_epoch").toInt();
+  stopped_epoch_ = read("stopped_epoch").toInt();
+}
+
+}  // namespace torchbus

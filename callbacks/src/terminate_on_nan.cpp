@@ -1,0 +1,103 @@
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+#include <torch/serialize/archive.h>
+#include <torchbus/callbacks/terminate_on_nan.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+
+namespace torchbus {
+
+TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+  TORCHBUS_CHECK(!options_.tensors().empty() || options_.check_gradients(), ConfigError,
+                 "TerminateOnNaN has nothing to check: tensors is empty and check_gradients is "
+                 "false; expected at least one tensor name (e.g. \"loss\") or check_gradients");
+  for (const auto& tensor : options_.tensors()) {
+    TORCHBUS_CHECK(!tensor.empty(), ConfigError,
+                   "TerminateOnNaN got an empty tensor name; expected names of tensors in the "
+                   "tensor store such as \"loss\"");
+  }
+}
+
+void TerminateOnNaN::on_action_start(State& state) {
+  parameters_.clear();
+  if (options_.check_gradients() && state.model != nullptr) {
+    parameters_ = state.model->parameters();
+  }
+}
+
+void TerminateOnNaN::on_step_start(State& /*state*/) {
+  flags_.clear();
+  checks_.clear();
+}
+
+void TerminateOnNaN::on_after_backward(State& state) {
+  const auto& names = options_.tensors();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto* tensor = state.tensors.find(names[i]);
+    TORCHBUS_CHECK(tensor != nullptr && tensor->defined(), ConfigError, "TerminateOnNaN: tensor '",
+                   names[i], "' is not in the tensor store at AfterBackward (epoch ", state.epoch,
+                   ", step ", state.step,
+                   "); present: ", detail::join_or_none(state.tensors.names()),
+                   ". A custom train step must store it with state.tensors.set(\"", names[i],
+                   "\", ...), or configure TerminateOnNaNOptions::tensors");
+    flags_.push_back(tensor->detach().isfinite().all());
+    checks_.push_back(Check{i, state.global_batch});
+  }
+}
+
+void TerminateOnNaN::on_before_optimizer_step(State& state) {
+  if (options_.check_gradients()) {
+    gradient_flags_.clear();
+    for (const auto& parameter : parameters_) {
+      const auto& grad = parameter.grad();
+      if (grad.defined()) gradient_flags_.push_back(grad.isfinite().all());
+    }
+    if (!gradient_flags_.empty()) {
+      flags_.push_back(at::stack(gradient_flags_).all());
+      checks_.push_back(Check{options_.tensors().size(), -1});
+    }
+  }
+  if (flags_.empty()) return;
+  const auto stacked = at::stack(flags_);
+  // The one host sync per step.
+  if (stacked.all().item<bool>()) {
+    flags_.clear();
+    checks_.clear();
+    return;
+  }
+  const auto host = stacked.cpu();
+  const auto* finite = host.data_ptr<bool>();
+  std::size_t bad = 0;
+  while (finite[bad]) ++bad;
+  const auto& check = checks_[bad];
+  std::string what;
+  if (check.tensor == options_.tensors().size()) {
+    what = "a gradient";
+  } else {
+    what = detail::concat("tensor '", options_.tensors()[check.tensor], "' of batch ",
+                          check.global_batch);
+  }
+  reason_ = detail::concat("TerminateOnNaN: ", what, " is not finite (NaN or infinite) at step ",
+                           state.step, " (0-based), epoch ", state.epoch,
+                           "; the step's update was skipped and training stops");
+  logger()->error(reason_);
+  state.skip_update = true;
+  state.request_stop(reason_);
+  flags_.clear();
+  checks_.clear();
+}
+
+void TerminateOnNaN::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("reason", c10::IValue(reason_));
+}
+
+void TerminateOnNaN::load_state(torch::serialize::InputArchive& archive) {
+  c10::IValue reason;
+  archive.read("reason", reason);
+  reason_ = reason.toStringRef();
+}
+
+}  // namespace torchbus

@@ -1,0 +1,256 @@
+// EarlyStopping on scripted metrics: patience, min_delta, thresholds, check events, bad input.
+
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+#include <torchbus/callbacks/early_stopping.hpp>
+
+#include <limits>
+#include <sstream>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+template <typename CallbackType>
+void round_trip(const CallbackType& from, CallbackType& to) {
+  torch::serialize::OutputArchive out;
+  from.save_state(out);
+  std::stringstream stream;
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  to.load_state(in);
+}
+
+/// A short fit with one evaluation per epoch; a subscriber at priority 10 (before EarlyStopping,
+/// 50) records `script[i]` as `metric` at the i-th `event` (EvalEnd or EpochEnd).
+struct ScriptedRun {
+  torch::nn::Sequential model = make_model();
+  torch::optim::SGD sgd{model->parameters(), torch::optim::SGDOptions(0.1)};
+  Trainer trainer{model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(20).use_registered_subscriptions(false)};
+  std::vector<Batch> train = make_batches(3, 4);
+  std::vector<Batch> validation = make_batches(1, 4, 4, 3, 11);
+  int evaluations = 0;
+
+  ScriptedRun(std::string metric, std::vector<double> script, Event event = Event::EvalEnd) {
+    trainer.on(Event::EvalEnd, [this](State&) { ++evaluations; });
+    auto calls = std::make_shared<std::size_t>(0);
+    trainer.on(
+        event,
+        [metric, script, calls](State& state) {
+          if (*calls < script.size()) state.record_metric(metric, script[(*calls)++]);
+        },
+        10);
+  }
+  void fit() { trainer.fit(train, validation); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(early_stopping)
+
+BOOST_AUTO_TEST_CASE(stops_after_patience_checks_without_improvement) {
+  // Best 0.8 at check 1; checks 2 and 3 do not improve: with patience 2 the run stops at check 3,
+  // which is the evaluation of epoch 3.
+  ScriptedRun run("val_score", {1.0, 0.8, 0.9, 0.85, 0.5, 0.4});
+  auto stopping =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(2));
+  run.trainer.add(stopping);
+  run.fit();
+  const auto& state = run.trainer.state();
+  BOOST_TEST(state.stop_requested());
+  BOOST_TEST(stopping->stopped_epoch() == 3);
+  BOOST_TEST(state.epoch == 4);  // epochs 0..3 ran
+  BOOST_TEST(run.evaluations == 4);
+  BOOST_TEST(stopping->best() == 0.8);
+  BOOST_TEST(stopping->wait() == 2);
+  BOOST_TEST(contains(state.stop_reason(), "val_score did not improve"));
+  BOOST_TEST(contains(state.stop_reason(), "best 0.8 at epoch 1"));
+}
+
+BOOST_AUTO_TEST_CASE(patience_zero_stops_at_the_first_check_without_improvement) {
+  ScriptedRun run("val_score", {1.0, 0.9, 0.9});
+  auto stopping =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(0));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(max_mode_and_min_delta) {
+  // Improvements must exceed 0.05: 0.54 and 0.53 are higher than 0.5, but not by more than that.
+  ScriptedRun run("val_accuracy", {0.5, 0.54, 0.53, 0.7});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_accuracy").mode(Mode::Max).min_delta(0.05).patience(2));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+  BOOST_TEST(stopping->best() == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(improvements_reset_the_wait) {
+  ScriptedRun run("val_loss_scripted", {1.0, 1.1, 0.9, 1.0, 0.8, 0.85, 0.86, 0.87});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_loss_scripted").patience(3));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 7);
+  BOOST_TEST(stopping->best() == 0.8);
+}
+
+BOOST_AUTO_TEST_CASE(stopping_threshold) {
+  ScriptedRun run("val_score", {1.0, 0.5, 0.2, 0.1});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(10).stopping_threshold(0.2));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+  BOOST_TEST(contains(run.trainer.state().stop_reason(), "reached the stopping threshold 0.2"));
+}
+
+BOOST_AUTO_TEST_CASE(divergence_threshold) {
+  ScriptedRun run("val_score", {1.0, 0.5, 3.0, 0.1});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(10).divergence_threshold(2.0));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+  BOOST_TEST(contains(run.trainer.state().stop_reason(), "above the divergence threshold 2"));
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_metric) {
+  ScriptedRun run("val_score", {1.0, std::numeric_limits<double>::quiet_NaN(), 0.5});
+  auto stopping =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(10));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 1);
+  BOOST_TEST(contains(run.trainer.state().stop_reason(), "not finite"));
+}
+
+BOOST_AUTO_TEST_CASE(real_val_loss_by_default) {
+  // The default monitor is the trainer's own "val_loss"; with a learning rate of 0 it never
+  // improves after the first evaluation.
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(10).use_registered_subscriptions(false));
+  auto stopping = std::make_shared<EarlyStopping>(EarlyStoppingOptions().patience(2));
+  trainer.add(stopping);
+  auto train = make_batches(2, 4);
+  auto validation = make_batches(1, 4);
+  trainer.fit(train, validation);
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+  BOOST_TEST(trainer.state().epoch == 3);
+}
+
+BOOST_AUTO_TEST_CASE(checks_at_epoch_end_and_skips_stale_points) {
+  // The metric is recorded at EpochEnd (priority 10), but only at every other epoch: the epochs
+  // without a new point are not counted as checks.
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(20).use_registered_subscriptions(false));
+  const std::vector<double> script{1.0, 0.5, 0.6, 0.7};
+  std::size_t next = 0;
+  trainer.on(
+      Event::EpochEnd,
+      [&](State& state) {
+        if (state.epoch % 2 == 0 && next < script.size()) {
+          state.record_metric("train_score", script[next++]);
+        }
+      },
+      10);
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("train_score").patience(2).check_on(Event::EpochEnd));
+  trainer.add(stopping);
+  auto train = make_batches(2, 4);
+  trainer.fit(train);
+  // Points at epochs 0, 2, 4, 6: no improvement at epochs 4 and 6.
+  BOOST_TEST(stopping->stopped_epoch() == 6);
+  BOOST_TEST(trainer.state().epoch == 7);
+}
+
+BOOST_AUTO_TEST_CASE(a_metric_that_never_appears_names_the_metrics_present) {
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(3).use_registered_subscriptions(false));
+  trainer.add(std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_acc")));
+  auto train = make_batches(2, 4);
+  auto validation = make_batches(1, 4);
+  int epochs = 0;
+  trainer.on(Event::EpochEnd, [&](State&) { ++epochs; });
+  BOOST_CHECK_EXCEPTION(trainer.fit(train, validation), ConfigError, [](const ConfigError& error) {
+    const std::string message = error.what();
+    return contains(message, "'val_acc'") &&
+           contains(message, "metrics present: train_loss, train_loss_epoch, val_loss");
+  });
+  BOOST_TEST(epochs == 1);  // the error came at the first check
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
+  BOOST_CHECK_EXCEPTION(EarlyStopping(EarlyStoppingOptions().patience(-1)), ConfigError,
+                        [](const ConfigError& error) {
+                          return contains(error.what(), "patience must be >= 0, got -1");
+                        });
+  BOOST_CHECK_THROW(EarlyStopping(EarlyStoppingOptions().min_delta(-0.1)), ConfigError);
+  BOOST_CHECK_THROW(EarlyStopping(EarlyStoppingOptions().monitor("")), ConfigError);
+  BOOST_CHECK_THROW(EarlyStopping(EarlyStoppingOptions().check_on(Event::StepEnd)), ConfigError);
+  BOOST_CHECK_THROW(
+      EarlyStopping(EarlyStoppingOptions().stopping_threshold(2.0).divergence_threshold(1.0)),
+      ConfigError);
+  BOOST_CHECK_THROW(
+      EarlyStopping(
+          EarlyStoppingOptions().mode(Mode::Max).stopping_threshold(1.0).divergence_threshold(2.0)),
+      ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(counters_survive_save_and_load) {
+  // Three checks, saved; a fresh EarlyStopping loaded from them continues the count.
+  EarlyStoppingOptions options = EarlyStoppingOptions().monitor("m").patience(3);
+  EarlyStopping first(options);
+  State state;
+  const auto check = [&state](EarlyStopping& stopping, double value) {
+    ++state.step;
+    state.record_metric("m", value);
+    stopping.on_eval_end(state);
+  };
+  check(first, 1.0);
+  check(first, 0.7);
+  check(first, 0.9);
+  check(first, 0.8);
+  BOOST_TEST(first.best() == 0.7);
+  BOOST_TEST(first.wait() == 2);
+
+  EarlyStopping second(options);
+  round_trip(first, second);
+  BOOST_TEST(second.best() == 0.7);
+  BOOST_TEST(second.wait() == 2);
+  second.on_eval_end(state);  // the same point again: not a new check
+  BOOST_TEST(second.wait() == 2);
+  BOOST_TEST(!state.stop_requested());
+  check(second, 0.75);
+  BOOST_TEST(state.stop_requested());
+  BOOST_TEST(second.stopped_epoch() == 0);
+
+  EarlyStopping third(options);
+  round_trip(second, third);
+  BOOST_TEST(third.stopped_epoch() == 0);
+  BOOST_TEST(third.wait() == 3);
+}
+
+BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+  EarlyStopping stopping;
+  BOOST_TEST(stopping.priority() == 50);
+  BOOST_TEST(stopping.name() == "early_stopping");
+  BOOST_TEST(stopping.options().monitor() == "val_loss");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
