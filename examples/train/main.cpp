@@ -53,6 +53,10 @@ struct Flags {
   bool resume = false;
   bool csv = true;
   bool progress = true;
+  std::string scheduler = "none";
+  std::int64_t early_stopping = 0;
+  bool terminate_on_nan = true;
+  double time_limit = 0.0;
 };
 
 /// Accepts integers >= `minimum`, with a message a person can act on.
@@ -129,6 +133,19 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_flag("--resume", flags.resume,
                "continue from the newest valid checkpoint in OUT/checkpoints");
   app.add_flag("--csv,!--no-csv", flags.csv, "CsvLogger: write OUT/metrics.csv (on)");
+  app.add_option("--scheduler", flags.scheduler,
+                 "LearningRateScheduler: none | cosine (10% warmup, to 0) | onecycle | step "
+                 "(x0.1 every third of the run) | plateau (x0.1 after 2 epochs without a better "
+                 "val_loss)")
+      ->check(CLI::IsMember({"none", "cosine", "onecycle", "step", "plateau"}));
+  app.add_option("--early-stopping", flags.early_stopping,
+                 "EarlyStopping: stop after N validations without a better val_loss (0: off)")
+      ->check(at_least(0));
+  app.add_flag("--terminate-on-nan,!--no-terminate-on-nan", flags.terminate_on_nan,
+               "TerminateOnNaN: stop at the first non-finite loss, without its update (on)");
+  app.add_option("--time-limit", flags.time_limit,
+                 "Timer: stop gracefully after this many seconds of training (0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress,!--no-progress", flags.progress,
                "ProgressBar: a live bar on a terminal, periodic lines otherwise (on)");
 }
@@ -158,6 +175,49 @@ torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data)
 
 double latest_or_nan(const torchbus::MetricHistory& metrics, const std::string& name) {
   return metrics.contains(name) ? metrics.latest(name).value : std::nan("");
+}
+
+/// The schedule --scheduler names, over the run's optimizer steps.
+std::shared_ptr<torchbus::LearningRateScheduler> make_scheduler(const std::string& kind,
+                                                                std::int64_t total_steps) {
+  using torchbus::LearningRateScheduler;
+  if (kind == "cosine") {
+    return std::make_shared<LearningRateScheduler>(
+        torchbus::CosineDecayOptions(total_steps).warmup_steps(total_steps / 10));
+  }
+  if (kind == "onecycle") {
+    return std::make_shared<LearningRateScheduler>(torchbus::OneCycleOptions(total_steps));
+  }
+  if (kind == "step") {
+    return std::make_shared<LearningRateScheduler>(
+        torchbus::StepDecayOptions(std::max<std::int64_t>(1, total_steps / 3)));
+  }
+  if (kind == "plateau") {
+    return std::make_shared<LearningRateScheduler>(torchbus::ReduceOnPlateauOptions().patience(1));
+  }
+  return nullptr;
+}
+
+/// The callbacks that change what the run does, as the flags ask.
+void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
+                            std::int64_t batches_per_epoch) {
+  if (flags.terminate_on_nan) trainer.add(std::make_shared<torchbus::TerminateOnNaN>());
+  if (flags.time_limit > 0) {
+    trainer.add(
+        std::make_shared<torchbus::Timer>(torchbus::TimerOptions().time_limit(flags.time_limit)));
+  }
+  if (flags.early_stopping > 0) {
+    TORCHBUS_CHECK(flags.val_every > 0, torchbus::ConfigError,
+                   "--early-stopping watches val_loss: it needs --val-every > 0");
+    trainer.add(std::make_shared<torchbus::EarlyStopping>(
+        torchbus::EarlyStoppingOptions().patience(flags.early_stopping)));
+  }
+  const auto steps_per_epoch = (batches_per_epoch + flags.accumulate - 1) / flags.accumulate;
+  auto total_steps = steps_per_epoch * flags.epochs;
+  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
+  TORCHBUS_CHECK(flags.scheduler != "plateau" || flags.val_every > 0, torchbus::ConfigError,
+                 "--scheduler plateau watches val_loss: it needs --val-every > 0");
+  if (auto scheduler = make_scheduler(flags.scheduler, total_steps)) trainer.add(scheduler);
 }
 
 /// Sends the torchbus log to the console and to `directory`/train.log (continued on --resume).
@@ -211,6 +271,8 @@ int run(const Flags& flags) {
       },
       options);
   trainer.add(std::make_shared<train::Accuracy>());
+  add_steering_callbacks(trainer, flags,
+                         (data.train_inputs.size(0) + flags.batch_size - 1) / flags.batch_size);
   trainer.add(std::make_shared<torchbus::SimpleLogger>(
       torchbus::SimpleLoggerOptions().step_freq(flags.log_every)));
   if (flags.csv) {
