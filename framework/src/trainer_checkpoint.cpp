@@ -50,6 +50,42 @@ void set_cpu_rng_state(const at::Tensor& state) {
   generator.set_state(state);
 }
 
+/// Generator states of every visible CUDA device (none without CUDA).
+std::vector<at::Tensor> cuda_rng_states() {
+  std::vector<at::Tensor> states;
+  if (!torch::cuda::is_available()) return states;
+  for (std::size_t i = 0; i < torch::cuda::device_count(); ++i) {
+    auto generator = at::globalContext().defaultGenerator(
+        at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    states.push_back(generator.get_state());
+  }
+  return states;
+}
+
+void set_cuda_rng_states(const std::vector<at::Tensor>& states) {
+  const auto devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  for (std::size_t i = 0; i < states.size() && i < devices; ++i) {
+    auto generator = at::globalContext().defaultGenerator(
+        at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(states[i]);
+  }
+}
+
+/// The options a run used, as text for the record ("name=value" lines).
+std::string describe_options(const TrainerOptions& options) {
+  std::ostringstream out;
+  out << "max_epochs=" << options.max_epochs() << "\nmax_steps=" << options.max_steps()
+      << "\naccumulate_grad_batches=" << options.accumulate_grad_batches()
+      << "\nval_every_n_epochs=" << options.val_every_n_epochs()
+      << "\nval_every_n_steps=" << options.val_every_n_steps() << "\ndevice=" << options.device()
+      << "\nseed=" << (options.seed() ? std::to_string(*options.seed()) : "none")
+      << "\ngradient_clip_norm=" << options.gradient_clip_norm()
+      << "\ngradient_clip_value=" << options.gradient_clip_value() << "\n";
+  return out.str();
+}
+
 /// Named tensors of one kind (parameters or buffers) as stored in a checkpoint.
 struct NamedTensors {
   std::vector<std::string> names;
@@ -171,6 +207,7 @@ std::string Trainer::checkpoint_bytes() {
                                 next_epoch ? state_.epoch + 1 : state_.epoch, state_.step,
                                 next_epoch ? 0 : state_.batch_in_epoch, state_.global_batch}));
   archive.write("rng", rng_now);
+  archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(cuda_rng_states())));
   archive.write("epoch_start_rng",
                 next_epoch || !epoch_start_rng_.defined() ? rng_now : epoch_start_rng_);
   for (const auto& [key, items] : {std::make_pair("parameters", module_->named_parameters()),
@@ -206,6 +243,7 @@ std::string Trainer::checkpoint_bytes() {
   }
   archive.write("callback_names", c10::IValue(join_lines(callback_names)));
   archive.write("accumulate_grad_batches", c10::IValue(options_.accumulate_grad_batches()));
+  archive.write("options", c10::IValue(describe_options(options_)));
   std::ostringstream payload;
   archive.save_to(payload);
   return frame_checkpoint(payload.str(), state_.step);
@@ -269,6 +307,12 @@ void Trainer::load_checkpoint(const fs::path& path) {
   const auto position = reader.value("position").toIntVector();
   if (position.size() != 4) reader.fail("has a malformed 'position' entry");
   const auto rng = reader.tensor("rng");
+  const auto cuda_rng = reader.value("cuda_rng").toTensorVector();
+  const auto saved_options = reader.value("options").toStringRef();
+  if (saved_options != describe_options(options_)) {
+    logger()->info("checkpoint {} was written with other options:\n{}", path.string(),
+                   saved_options);
+  }
   const auto epoch_start_rng = reader.tensor("epoch_start_rng");
   std::vector<std::pair<std::string, std::vector<MetricPoint>>> metrics;
   const auto metric_names = split_lines(reader.value("metric_names").toStringRef());
@@ -321,6 +365,7 @@ void Trainer::load_checkpoint(const fs::path& path) {
   resume_skip_ = position[2];
   epoch_start_rng_ = epoch_start_rng;
   set_cpu_rng_state(rng);
+  set_cuda_rng_states(cuda_rng);
 }
 
 void Trainer::start_training_epoch(BatchSource& train) {
