@@ -81,9 +81,9 @@ boost::signals2::connection connect_slot(detail::Signal& signal, int priority,
 }
 }  // namespace
 
-Connection EventBus::connect(std::size_t channel, Slot slot, int priority) {
+Connection EventBus::connect(std::size_t channel, const Slot& slot, int priority) {
   TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
-  auto connection = connect_slot(*channels_->signals[channel], priority, std::move(slot));
+  auto connection = connect_slot(*channels_->signals[channel], priority, slot);
   ++(*live_)[channel];
   return Connection(std::move(connection), live_, channel);
 }

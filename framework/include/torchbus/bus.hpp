@@ -106,7 +106,7 @@ class EventBus {
  private:
   Connection connect(std::size_t channel, std::optional<Event> event, Filter filter, Slot slot,
                      int priority);
-  Connection connect(std::size_t channel, Slot slot, int priority);
+  Connection connect(std::size_t channel, const Slot& slot, int priority);
   void dispatch(std::size_t channel, State& state);
   std::size_t channel_of(std::string_view name) const;
 
