@@ -6,18 +6,12 @@
 #include <torchbus/state.hpp>
 
 #include <cmath>
-#include <limits>
 
 namespace torchbus {
 namespace {
 
 const char* mode_name(Mode mode) {
   return mode == Mode::Min ? "min" : "max";
-}
-
-double worst(Mode mode) {
-  return mode == Mode::Min ? std::numeric_limits<double>::infinity()
-                           : -std::numeric_limits<double>::infinity();
 }
 
 }  // namespace
@@ -46,7 +40,7 @@ void EarlyStoppingOptions::validate() const {
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options, std::string name)
     : Callback(std::move(name), kDefaultPriority),
       options_(std::move(options)),
-      best_(worst(options_.mode())) {
+      monitor_(options_.monitor(), options_.mode(), options_.min_delta()) {
   options_.validate();
 }
 
@@ -58,29 +52,13 @@ void EarlyStopping::on_epoch_end(State& state) {
   if (options_.check_on() == Event::EpochEnd) check(state);
 }
 
-bool EarlyStopping::improved(double value) const noexcept {
-  return options_.mode() == Mode::Min ? value < best_ - options_.min_delta()
-                                      : value > best_ + options_.min_delta();
-}
-
 void EarlyStopping::check(State& state) {
   const auto& monitor = options_.monitor();
-  TORCHBUS_CHECK(state.metrics.contains(monitor), ConfigError, "EarlyStopping: monitored metric '",
-                 monitor, "' was not recorded by ", to_string(options_.check_on()), " (epoch ",
-                 state.epoch, ", step ", state.step,
-                 "); metrics present: ", detail::join_or_none(state.metrics.names()),
-                 ". Expected one of them, or a metric recorded before EarlyStopping runs "
-                 "(priority ",
-                 priority(), ")");
-  const auto& series = state.metrics.series(monitor);  // a host read if recorded as a tensor
-  const auto count = static_cast<std::int64_t>(series.size());
-  const auto& point = series.back();
-  if (count == last_count_ && point.step == last_step_ && point.epoch == last_epoch_) return;
-  last_count_ = count;
-  last_step_ = point.step;
-  last_epoch_ = point.epoch;
+  const MetricPoint* point = monitor_.poll(
+      state, options_.check_on(), "EarlyStopping: monitored metric", "EarlyStopping", priority());
+  if (point == nullptr) return;
 
-  const double value = point.value;
+  const double value = point->value;
   const bool min = options_.mode() == Mode::Min;
   std::string reason;
   if (options_.check_finite() && !std::isfinite(value)) {
@@ -98,21 +76,16 @@ void EarlyStopping::check(State& state) {
     reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
                             min ? "above" : "below", " the divergence threshold ", *divergence,
                             " at epoch ", state.epoch, ", step ", state.step);
-  } else if (improved(value)) {
-    best_ = value;
-    best_step_ = point.step;
-    best_epoch_ = point.epoch;
-    wait_ = 0;
+  } else if (monitor_.update(value)) {
+    best_step_ = point->step;
+    best_epoch_ = point->epoch;
     logger()->debug("EarlyStopping: {} improved to {}", monitor, value);
-  } else {
-    ++wait_;
-    if (wait_ >= options_.patience()) {
-      reason = detail::concat("EarlyStopping: ", monitor, " did not improve (mode ",
-                              mode_name(options_.mode()), ", min_delta ", options_.min_delta(),
-                              ") for ", wait_, " checks, patience ", options_.patience(), "; best ",
-                              best_, " at epoch ", best_epoch_, ", step ", best_step_,
-                              "; stopping at epoch ", state.epoch, ", step ", state.step);
-    }
+  } else if (monitor_.wait() >= options_.patience()) {
+    reason = detail::concat("EarlyStopping: ", monitor, " did not improve (mode ",
+                            mode_name(options_.mode()), ", min_delta ", options_.min_delta(),
+                            ") for ", monitor_.wait(), " checks, patience ", options_.patience(),
+                            "; best ", monitor_.best(), " at epoch ", best_epoch_, ", step ",
+                            best_step_, "; stopping at epoch ", state.epoch, ", step ", state.step);
   }
   if (!reason.empty()) {
     stopped_epoch_ = state.epoch;
@@ -122,13 +95,9 @@ void EarlyStopping::check(State& state) {
 }
 
 void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
-  archive.write("best", c10::IValue(best_));
-  archive.write("wait", c10::IValue(wait_));
+  monitor_.save_state(archive);
   archive.write("best_step", c10::IValue(best_step_));
   archive.write("best_epoch", c10::IValue(best_epoch_));
-  archive.write("last_count", c10::IValue(last_count_));
-  archive.write("last_step", c10::IValue(last_step_));
-  archive.write("last_epoch", c10::IValue(last_epoch_));
   archive.write("stopped_epoch", c10::IValue(stopped_epoch_));
 }
 
@@ -138,13 +107,9 @@ void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
     archive.read(key, value);
     return value;
   };
-  best_ = read("best").toDouble();
-  wait_ = read("wait").toInt();
+  monitor_.load_state(archive);
   best_step_ = read("best_step").toInt();
   best_epoch_ = read("best_epoch").toInt();
-  last_count_ = read("last_count").toInt();
-  last_step_ = read("last_step").toInt();
-  last_epoch_ = read("last_epoch").toInt();
   stopped_epoch_ = read("stopped_epoch").toInt();
 }
 

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace torchbus {
 namespace {
@@ -132,11 +131,6 @@ void validate(const ReduceOnPlateauOptions& o) {
                  to_string(o.check_on()));
 }
 
-double worst(Mode mode) {
-  return mode == Mode::Min ? std::numeric_limits<double>::infinity()
-                           : -std::numeric_limits<double>::infinity();
-}
-
 }  // namespace
 
 LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
@@ -145,7 +139,7 @@ LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
       kind_(Kind::Lambda),
       schedule_(std::move(schedule)),
       options_(std::move(options)),
-      best_(worst(plateau_.mode())) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
   TORCHBUS_CHECK(static_cast<bool>(schedule_), ConfigError,
                  "LearningRateScheduler needs a schedule (t, base_lr) -> lr, got an empty "
                  "function");
@@ -173,7 +167,7 @@ LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
       kind_(Kind::Plateau),
       plateau_(std::move(plateau)),
       options_(std::move(options)),
-      best_(worst(plateau_.mode())) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
   validate(plateau_);
 }
 
@@ -183,7 +177,7 @@ LearningRateScheduler::LearningRateScheduler(std::shared_ptr<torch::optim::LRSch
       kind_(Kind::LibTorch),
       libtorch_(std::move(scheduler)),
       options_(std::move(options)),
-      best_(worst(plateau_.mode())) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
   TORCHBUS_CHECK(libtorch_ != nullptr, ConfigError,
                  "LearningRateScheduler needs a LibTorch scheduler (e.g. torch::optim::StepLR), "
                  "got a null pointer");
@@ -268,36 +262,19 @@ void LearningRateScheduler::on_epoch_end(State& state) {
 void LearningRateScheduler::check_plateau(State& state) {
   if (state.optimizer == nullptr) return;
   const auto& monitor = plateau_.monitor();
-  TORCHBUS_CHECK(state.metrics.contains(monitor), ConfigError, "LearningRateScheduler '", name(),
-                 "': reduce-on-plateau metric '", monitor, "' was not recorded by ",
-                 to_string(plateau_.check_on()), " (epoch ", state.epoch, ", step ", state.step,
-                 "); metrics present: ", detail::join_or_none(state.metrics.names()),
-                 ". Expected one of them, or a metric recorded before the scheduler runs "
-                 "(priority ",
-                 priority(), ")");
-  const auto& series = state.metrics.series(monitor);  // a host read if recorded as a tensor
-  const auto count = static_cast<std::int64_t>(series.size());
-  const auto& point = series.back();
-  if (count == last_count_ && point.step == last_step_ && point.epoch == last_epoch_) return;
-  last_count_ = count;
-  last_step_ = point.step;
-  last_epoch_ = point.epoch;
+  const MetricPoint* point = monitor_.poll(
+      state, plateau_.check_on(),
+      detail::concat("LearningRateScheduler '", name(), "': reduce-on-plateau metric"),
+      "the scheduler", priority());
+  if (point == nullptr) return;
 
   capture(*state.optimizer);
-  const double value = point.value;
-  const bool better = plateau_.mode() == Mode::Min ? value < best_ - plateau_.min_delta()
-                                                   : value > best_ + plateau_.min_delta();
-  if (better) {
-    best_ = value;
-    wait_ = 0;
-  } else {
-    ++wait_;
-  }
+  monitor_.update(point->value);
   if (cooldown_left_ > 0) {
     --cooldown_left_;
-    wait_ = 0;
+    monitor_.reset_wait();
   }
-  if (wait_ > plateau_.patience()) {
+  if (monitor_.wait() > plateau_.patience()) {
     bool changed = false;
     for (auto& lr : lrs_) {
       const double reduced = std::max(lr * plateau_.factor(), plateau_.min_lr());
@@ -312,10 +289,10 @@ void LearningRateScheduler::check_plateau(State& state) {
       logger()->info(
           "LearningRateScheduler: {} did not improve for {} checks; learning rate of "
           "group 0 reduced to {}",
-          monitor, wait_, lrs_.front());
+          monitor, monitor_.wait(), lrs_.front());
     }
     cooldown_left_ = plateau_.cooldown();
-    wait_ = 0;
+    monitor_.reset_wait();
   }
 }
 
@@ -323,13 +300,9 @@ void LearningRateScheduler::save_state(torch::serialize::OutputArchive& archive)
   archive.write("t", c10::IValue(t_));
   archive.write("base_lrs", c10::IValue(base_lrs_));
   archive.write("lrs", c10::IValue(lrs_));
-  archive.write("best", c10::IValue(best_));
-  archive.write("wait", c10::IValue(wait_));
+  monitor_.save_state(archive);
   archive.write("cooldown_left", c10::IValue(cooldown_left_));
   archive.write("reductions", c10::IValue(reductions_));
-  archive.write("last_count", c10::IValue(last_count_));
-  archive.write("last_step", c10::IValue(last_step_));
-  archive.write("last_epoch", c10::IValue(last_epoch_));
   if (kind_ == Kind::LibTorch) {
     archive.write("libtorch_step_count",
                   c10::IValue(static_cast<std::int64_t>(step_count(*libtorch_))));
@@ -345,13 +318,9 @@ void LearningRateScheduler::load_state(torch::serialize::InputArchive& archive) 
   t_ = read("t").toInt();
   base_lrs_ = read("base_lrs").toDoubleVector();
   lrs_ = read("lrs").toDoubleVector();
-  best_ = read("best").toDouble();
-  wait_ = read("wait").toInt();
+  monitor_.load_state(archive);
   cooldown_left_ = read("cooldown_left").toInt();
   reductions_ = read("reductions").toInt();
-  last_count_ = read("last_count").toInt();
-  last_step_ = read("last_step").toInt();
-  last_epoch_ = read("last_epoch").toInt();
   if (kind_ == Kind::LibTorch) {
     step_count(*libtorch_) = static_cast<unsigned>(read("libtorch_step_count").toInt());
   }

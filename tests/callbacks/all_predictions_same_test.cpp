@@ -1,6 +1,7 @@
 // AllPredictionsSame: detects an evaluation whose predictions are all one value; warns or stops.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/all_predictions_same.hpp>
 
@@ -10,10 +11,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 /// A trainer whose eval step takes each batch's data as the model's output.
 struct EvalRun {

@@ -1,6 +1,7 @@
 // ClassificationMetrics against a hand-computed confusion matrix, inside evaluate() and fit().
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
 
@@ -10,10 +11,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 bool close(double a, double b) {
   return std::abs(a - b) <= 1e-12;

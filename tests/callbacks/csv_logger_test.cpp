@@ -1,13 +1,12 @@
 // CsvLogger: the file parsed back equals the metric history; appending and resuming; bad input.
 
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
+#include <support/scratch.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -20,60 +19,6 @@ using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// Captures what torchbus::logger() writes while it lives, as "level|message" lines.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
-    sink_->set_pattern("%l|%v");
-    logger()->sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-
-  /// Messages logged at `level` ("info", "warning", ...).
-  std::vector<std::string> messages(const std::string& level) const {
-    std::vector<std::string> out;
-    std::istringstream in(stream_.str());
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind(level + "|", 0) == 0) out.push_back(line.substr(level.size() + 1));
-    }
-    return out;
-  }
-
- private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
-
-/// A fresh directory, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("torchbus_csv_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
-struct Run {
-  torch::nn::Sequential model = make_model();
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer;
-
-  explicit Run(TrainerOptions options = {})
-      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
-};
 
 /// A parsed CSV file: header and rows as maps column -> cell.
 struct Csv {
@@ -125,23 +70,6 @@ Csv read_csv(const fs::path& path) {
   return csv;
 }
 
-template <typename ErrorType, typename Action>
-std::string message_of(Action&& action) {
-  try {
-    action();
-  } catch (const ErrorType& error) {
-    return error.what();
-  }
-  BOOST_FAIL("the expected error was not thrown");
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) {
-  const bool found = text.find(part) != std::string::npos;
-  if (!found) BOOST_TEST_MESSAGE("'" << part << "' not in: " << text);
-  return found;
-}
-
 /// The value of `metric` recorded at `step` (step rows) in `history`.
 double at_step(const MetricHistory& history, const std::string& metric, std::int64_t step) {
   for (const auto& point : history.series(metric)) {
@@ -166,7 +94,7 @@ double in_epoch(const MetricHistory& history, const std::string& metric, std::in
 BOOST_AUTO_TEST_SUITE(csv_logger)
 
 BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "logs" / "metrics.csv";  // the directory is created
   Run run(TrainerOptions().max_epochs(2));
   run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(2)));
@@ -215,7 +143,7 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
 }
 
 BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
   Run run(TrainerOptions().max_epochs(3));
   // A metric producer that only starts recording in the second epoch.
@@ -244,7 +172,7 @@ BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {
 }
 
 BOOST_AUTO_TEST_CASE(append_mode_continues_the_file_on_a_second_run) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
   auto train = make_batches(3, 4);
   std::vector<double> losses;
@@ -269,7 +197,7 @@ BOOST_AUTO_TEST_CASE(append_mode_continues_the_file_on_a_second_run) {
 }
 
 BOOST_AUTO_TEST_CASE(without_append_a_new_logger_replaces_the_file) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
   auto train = make_batches(3, 4);
   for (int run_index = 0; run_index < 2; ++run_index) {
@@ -281,7 +209,7 @@ BOOST_AUTO_TEST_CASE(without_append_a_new_logger_replaces_the_file) {
 }
 
 BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
   auto train = make_batches(4, 4);
   {
@@ -339,7 +267,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) 
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_empty) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
   Run run(TrainerOptions().max_epochs(2));
   run.trainer.add(std::make_shared<CsvLogger>(
@@ -362,7 +290,7 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_em
 }
 
 BOOST_AUTO_TEST_CASE(an_unwritable_path_fails_at_action_start_and_the_action_still_ends) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto blocker = dir.path / "not_a_directory";
   std::ofstream(blocker) << "a file where a directory is expected\n";
   const auto path = blocker / "metrics.csv";
@@ -382,7 +310,7 @@ BOOST_AUTO_TEST_CASE(an_unwritable_path_fails_at_action_start_and_the_action_sti
 }
 
 BOOST_AUTO_TEST_CASE(appending_to_a_file_it_did_not_write_is_a_config_error) {
-  TempDir dir;
+  TempDir dir("csv");
   const auto path = dir.path / "other.csv";
   std::ofstream(path) << "a,b,c\n1,2,3\n";
   Run run;

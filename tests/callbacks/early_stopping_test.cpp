@@ -1,6 +1,7 @@
 // EarlyStopping on scripted metrics: patience, min_delta, thresholds, check events, bad input.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 
@@ -11,21 +12,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename CallbackType>
-void round_trip(const CallbackType& from, CallbackType& to) {
-  torch::serialize::OutputArchive out;
-  from.save_state(out);
-  std::stringstream stream;
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
-  to.load_state(in);
-}
 
 /// A short fit with one evaluation per epoch; a subscriber at priority 10 (before EarlyStopping,
 /// 50) records `script[i]` as `metric` at the i-th `event` (EvalEnd or EpochEnd).

@@ -2,6 +2,7 @@
 // formula, per-step and per-epoch intervals, LibTorch's StepLR, save/load, bad input.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 
@@ -14,21 +15,6 @@ using namespace torchbus::testing;
 namespace {
 
 const double kPi = std::acos(-1.0);
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename CallbackType>
-void round_trip(const CallbackType& from, CallbackType& to) {
-  torch::serialize::OutputArchive out;
-  from.save_state(out);
-  std::stringstream stream;
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
-  to.load_state(in);
-}
 
 void check_close(const std::vector<double>& actual, const std::vector<double>& expected) {
   BOOST_REQUIRE_EQUAL(actual.size(), expected.size());

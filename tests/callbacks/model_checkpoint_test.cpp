@@ -1,5 +1,6 @@
 #include <boost/test/unit_test.hpp>
 #include <support/fixtures.hpp>
+#include <support/scratch.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 
 #include <filesystem>
@@ -12,12 +13,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh(const std::string& name) {
-  const auto path = fs::temp_directory_path() / ("torchbus_model_checkpoint_" + name);
-  fs::remove_all(path);
-  return path;
-}
-
 std::set<std::string> checkpoint_files(const fs::path& folder) {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(folder))
@@ -25,12 +20,9 @@ std::set<std::string> checkpoint_files(const fs::path& folder) {
   return names;
 }
 
-struct Run {
-  torch::nn::Sequential model = make_model();
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer;
-  explicit Run(TrainerOptions options = TrainerOptions().max_epochs(2))
-      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
+struct CheckpointRun : Run {
+  explicit CheckpointRun(TrainerOptions options = TrainerOptions().max_epochs(2))
+      : Run(std::move(options)) {}
   void fit(int batches = 4) {
     auto data = make_batches(batches, 4);
     trainer.fit(data);
@@ -42,8 +34,8 @@ struct Run {
 BOOST_AUTO_TEST_SUITE(model_checkpoint)
 
 BOOST_AUTO_TEST_CASE(saves_at_the_expected_steps_and_links_last) {
-  const auto folder = fresh("steps");
-  Run run;
+  const auto folder = scratch_path("model_checkpoint", "steps");
+  CheckpointRun run;
   auto checkpoint = std::make_shared<ModelCheckpoint>(
       ModelCheckpointOptions(folder).every_n_steps(3).every_n_epochs(0).save_top_k(-1));
   run.trainer.add(checkpoint);
@@ -59,8 +51,8 @@ BOOST_AUTO_TEST_CASE(saves_at_the_expected_steps_and_links_last) {
 }
 
 BOOST_AUTO_TEST_CASE(keeps_the_best_k_by_a_monitored_metric) {
-  const auto folder = fresh("best");
-  Run run(TrainerOptions().max_epochs(1));
+  const auto folder = scratch_path("model_checkpoint", "best");
+  CheckpointRun run(TrainerOptions().max_epochs(1));
   // A scripted metric, recorded before the checkpoint runs: best at steps 2 and 4.
   const std::vector<double> scores{0.9, 0.2, 0.8, 0.1, 0.7, 0.6};
   run.trainer.on(Event::StepEnd, [&](State& s) { s.record_metric("score", scores[s.step - 1]); });
@@ -80,9 +72,9 @@ BOOST_AUTO_TEST_CASE(keeps_the_best_k_by_a_monitored_metric) {
 }
 
 BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
-  const auto folder = fresh("stop");
+  const auto folder = scratch_path("model_checkpoint", "stop");
   {
-    Run run(TrainerOptions().max_epochs(3));
+    CheckpointRun run(TrainerOptions().max_epochs(3));
     run.trainer.on(Event::StepEnd, [](State& s) {
       if (s.step == 5) s.request_stop("enough for now");
     });
@@ -91,7 +83,7 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
     run.fit();
   }
   BOOST_TEST(checkpoint_files(folder).count("epoch-001-step-000005.tbckpt") == 1u);
-  Run resumed(TrainerOptions().max_epochs(3));
+  CheckpointRun resumed(TrainerOptions().max_epochs(3));
   std::int64_t step_at_start = -1;
   resumed.trainer.on(Event::ActionStart, [&](State& s) { step_at_start = s.step; });
   resumed.trainer.add(std::make_shared<ModelCheckpoint>(
@@ -102,8 +94,8 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
 }
 
 BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {
-  const auto folder = fresh("state");
-  Run run(TrainerOptions().max_epochs(1));
+  const auto folder = scratch_path("model_checkpoint", "state");
+  CheckpointRun run(TrainerOptions().max_epochs(1));
   run.trainer.on(Event::StepEnd, [](State& s) { s.record_metric("score", 1.0 / s.step); });
   auto checkpoint = std::make_shared<ModelCheckpoint>(
       ModelCheckpointOptions(folder).every_n_steps(1).every_n_epochs(0).monitor("score").mode(
@@ -122,16 +114,16 @@ BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_input) {
-  const auto file = fresh("is_a_file");
+  const auto file = scratch_path("model_checkpoint", "is_a_file");
   std::ofstream(file) << "x";
-  Run run;
+  CheckpointRun run;
   run.trainer.add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(file)));
   BOOST_CHECK_EXCEPTION(run.fit(), ConfigError, [](const ConfigError& e) {
     return std::string(e.what()).find("exists and is not a directory") != std::string::npos;
   });
-  Run missing_metric;
+  CheckpointRun missing_metric;
   missing_metric.trainer.add(std::make_shared<ModelCheckpoint>(
-      ModelCheckpointOptions(fresh("metric")).monitor("val_acc")));
+      ModelCheckpointOptions(scratch_path("model_checkpoint", "metric")).monitor("val_acc")));
   BOOST_CHECK_EXCEPTION(missing_metric.fit(), ConfigError, [](const ConfigError& e) {
     const std::string message = e.what();
     return message.find("monitors 'val_acc'") != std::string::npos &&

@@ -1,8 +1,8 @@
 // SimpleLogger: its log lines, captured from the torchbus logger, match what the run recorded.
 
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 
@@ -15,44 +15,6 @@ using namespace torchbus::testing;
 
 namespace {
 
-/// Captures what torchbus::logger() writes while it lives, as "level|message" lines.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
-    sink_->set_pattern("%l|%v");
-    logger()->sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-
-  /// Messages logged at `level` ("info", "warning", ...).
-  std::vector<std::string> messages(const std::string& level) const {
-    std::vector<std::string> out;
-    std::istringstream in(stream_.str());
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind(level + "|", 0) == 0) out.push_back(line.substr(level.size() + 1));
-    }
-    return out;
-  }
-
- private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
-
-struct Run {
-  torch::nn::Sequential model = make_model();
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer;
-
-  explicit Run(TrainerOptions options = {})
-      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
-};
-
 /// The lines SimpleLogger wrote (they start with "step ").
 std::vector<std::string> step_lines(const CapturedLog& log) {
   auto lines = log.messages("info");
@@ -60,29 +22,6 @@ std::vector<std::string> step_lines(const CapturedLog& log) {
                              [](const std::string& line) { return line.rfind("step ", 0) != 0; }),
               lines.end());
   return lines;
-}
-
-template <typename ErrorType, typename Action>
-std::string message_of(Action&& action) {
-  try {
-    action();
-  } catch (const ErrorType& error) {
-    return error.what();
-  }
-  BOOST_FAIL("the expected error was not thrown");
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) {
-  const bool found = text.find(part) != std::string::npos;
-  if (!found) BOOST_TEST_MESSAGE("'" << part << "' not in: " << text);
-  return found;
-}
-
-bool lacks(const std::string& text, const std::string& part) {
-  const bool found = text.find(part) != std::string::npos;
-  if (found) BOOST_TEST_MESSAGE("'" << part << "' unexpectedly in: " << text);
-  return !found;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // TerminateOnNaN: a non-finite loss, tensor or gradient skips its step's update and stops the run.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 
@@ -27,22 +28,6 @@ bool equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
     if (!torch::equal(a[i], b[i])) return false;
   }
   return true;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-/// Copies the callback's state into `to` through a serialized archive.
-template <typename CallbackType>
-void round_trip(const CallbackType& from, CallbackType& to) {
-  torch::serialize::OutputArchive out;
-  from.save_state(out);
-  std::stringstream stream;
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
-  to.load_state(in);
 }
 
 /// Snapshots the weights at the StepStart of step `step` (0-based).

@@ -1,6 +1,7 @@
 // Timer on a scripted clock: step times, moving average, throughput, epoch time, time limit.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/timer.hpp>
 
@@ -13,21 +14,6 @@ namespace {
 
 bool close(double a, double b) {
   return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename CallbackType>
-void round_trip(const CallbackType& from, CallbackType& to) {
-  torch::serialize::OutputArchive out;
-  from.save_state(out);
-  std::stringstream stream;
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
-  to.load_state(in);
 }
 
 /// A trainer whose time only moves when a batch starts: each batch "takes" `seconds(batch)`.

@@ -3,6 +3,7 @@
 #include "resume_setup.hpp"
 
 #include <boost/test/unit_test.hpp>
+#include <support/scratch.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -13,13 +14,6 @@ using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path scratch(const std::string& name) {
-  const auto path = fs::temp_directory_path() / ("torchbus_bad_checkpoint_" + name);
-  fs::remove_all(path);
-  fs::create_directories(path);
-  return path;
-}
 
 /// A valid checkpoint of a short run.
 fs::path good_checkpoint(const fs::path& folder) {
@@ -62,7 +56,7 @@ void expect_rejected(const fs::path& file, const std::string& part) {
 BOOST_AUTO_TEST_SUITE(bad_checkpoint)
 
 BOOST_AUTO_TEST_CASE(truncated_at_several_offsets) {
-  const auto folder = scratch("truncated");
+  const auto folder = scratch("bad_checkpoint", "truncated");
   const auto bytes = bytes_of(good_checkpoint(folder));
   for (const std::size_t length : {std::size_t{0}, std::size_t{7}, std::size_t{31}, std::size_t{40},
                                    bytes.size() / 2, bytes.size() - 1}) {
@@ -73,7 +67,7 @@ BOOST_AUTO_TEST_CASE(truncated_at_several_offsets) {
 }
 
 BOOST_AUTO_TEST_CASE(flipped_bytes) {
-  const auto folder = scratch("flipped");
+  const auto folder = scratch("bad_checkpoint", "flipped");
   auto bytes = bytes_of(good_checkpoint(folder));
   for (const std::size_t offset : {bytes.size() / 3, bytes.size() / 2, bytes.size() - 5}) {
     auto corrupt = bytes;
@@ -88,7 +82,7 @@ BOOST_AUTO_TEST_CASE(flipped_bytes) {
 }
 
 BOOST_AUTO_TEST_CASE(checkpoint_of_another_model) {
-  const auto folder = scratch("other_model");
+  const auto folder = scratch("bad_checkpoint", "other_model");
   torch::manual_seed(1);
   auto wide = torch::nn::Sequential(torch::nn::Linear(5, 32), torch::nn::ReLU(),
                                     torch::nn::Dropout(0.2), torch::nn::Linear(32, 3));
@@ -100,7 +94,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_of_another_model) {
 }
 
 BOOST_AUTO_TEST_CASE(checkpoint_of_another_optimizer_or_accumulation) {
-  const auto folder = scratch("other_optimizer");
+  const auto folder = scratch("bad_checkpoint", "other_optimizer");
   auto model = ResumeRun::make_model(5);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   Trainer trainer(model, sgd, ResumeRun::loss, TrainerOptions().accumulate_grad_batches(2));
@@ -123,7 +117,7 @@ BOOST_AUTO_TEST_CASE(missing_file_and_folder_without_a_valid_checkpoint) {
                           return std::string(e.what()).find("no such file") != std::string::npos;
                         });
   expect_rejected("/no/such/checkpoint.tbckpt", "no such file");
-  const auto folder = scratch("no_valid");
+  const auto folder = scratch("bad_checkpoint", "no_valid");
   write_bytes(folder / "broken.tbckpt", "not a checkpoint");
   run.trainer.resume_from(folder);
   BOOST_CHECK_EXCEPTION(run.fit(), CheckpointError, [](const CheckpointError& e) {
@@ -133,8 +127,9 @@ BOOST_AUTO_TEST_CASE(missing_file_and_folder_without_a_valid_checkpoint) {
 
 BOOST_AUTO_TEST_CASE(checkpoint_inside_a_window_is_refused) {
   ResumeRun run;
-  run.trainer.on(Event::AfterBackward,
-                 [&](State&) { run.trainer.save_checkpoint(scratch("window") / "x.tbckpt"); });
+  run.trainer.on(Event::AfterBackward, [&](State&) {
+    run.trainer.save_checkpoint(scratch("bad_checkpoint", "window") / "x.tbckpt");
+  });
   BOOST_CHECK_EXCEPTION(run.fit(), ConfigError, [](const ConfigError& e) {
     return std::string(e.what()).find("only be taken at a step boundary") != std::string::npos;
   });

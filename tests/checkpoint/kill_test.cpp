@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <boost/test/unit_test.hpp>
+#include <support/scratch.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -57,13 +58,6 @@ std::vector<std::string> read_lines(const fs::path& path) {
   return lines;
 }
 
-fs::path fresh(const std::string& name) {
-  const auto path = fs::temp_directory_path() / ("torchbus_kill_" + name);
-  fs::remove_all(path);
-  fs::create_directories(path);
-  return path;
-}
-
 struct Final {
   torch::nn::Sequential model = ResumeRun::make_model(0);
   torch::optim::Adam optimizer{model->parameters(), torch::optim::AdamOptions(1e-2)};
@@ -78,7 +72,7 @@ struct Final {
 BOOST_AUTO_TEST_SUITE(killed_process)
 
 BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
-  const auto reference_dir = fresh("reference");
+  const auto reference_dir = scratch("kill", "reference");
   BOOST_TEST_REQUIRE(run_worker(reference_dir, reference_dir / "batches.log"));
   const Final reference(reference_dir);
   const auto reference_batches = read_lines(reference_dir / "batches.log");
@@ -87,8 +81,8 @@ BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
   // "saved N": killed after step N's checkpoint; "saving N": killed as step N's write begins, so
   // the run must resume from step N - 1 (or N if the write completed).
   for (const std::string kill_at : {"saved 1", "saving 6", "saved 8", "saving 11"}) {
-    const auto dir =
-        fresh(kill_at.substr(0, kill_at.find(' ')) + kill_at.substr(kill_at.find(' ') + 1));
+    const auto dir = scratch(
+        "kill", kill_at.substr(0, kill_at.find(' ')) + kill_at.substr(kill_at.find(' ') + 1));
     BOOST_TEST_REQUIRE(!run_worker(dir, dir / "before.log", kill_at), kill_at);
     BOOST_TEST_REQUIRE(run_worker(dir, dir / "after.log"), kill_at);
     const Final resumed(dir);

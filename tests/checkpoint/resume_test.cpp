@@ -4,6 +4,7 @@
 #include "resume_setup.hpp"
 
 #include <boost/test/unit_test.hpp>
+#include <support/scratch.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -13,13 +14,6 @@ using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path scratch(const std::string& name) {
-  const auto path = fs::temp_directory_path() / ("torchbus_resume_" + name);
-  fs::remove_all(path);
-  fs::create_directories(path);
-  return path;
-}
 
 struct Killed : std::runtime_error {
   Killed() : std::runtime_error("killed after saving") {}
@@ -41,7 +35,7 @@ std::vector<std::string> interrupted_run(Event event, std::int64_t count, const 
 void check_resume(Event event, std::int64_t count, const std::string& name) {
   ResumeRun uninterrupted;
   uninterrupted.fit();
-  const auto file = scratch(name) / "checkpoint.tbckpt";
+  const auto file = scratch("resume", name) / "checkpoint.tbckpt";
   const auto before = interrupted_run(event, count, file);
 
   ResumeRun resumed(/*init_seed=*/99);  // other initial weights: the checkpoint must restore them
@@ -80,7 +74,7 @@ BOOST_AUTO_TEST_CASE(at_epoch_end) {
 BOOST_AUTO_TEST_CASE(from_the_newest_valid_checkpoint_of_a_folder) {
   ResumeRun uninterrupted;
   uninterrupted.fit();
-  const auto folder = scratch("folder");
+  const auto folder = scratch("resume", "folder");
   ResumeRun interrupted;
   interrupted.trainer.on(Event::StepEnd, [&](State& s) {
     interrupted.trainer.save_checkpoint(folder / ("step-" + std::to_string(s.step) + ".tbckpt"));

@@ -1,6 +1,8 @@
 // torchbus-train end to end: it is run as a user would run it, and its outputs are read back.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
+#include <support/scratch.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,6 +17,8 @@
 #include <string>
 
 namespace fs = std::filesystem;
+using torchbus::testing::has;
+using torchbus::testing::scratch;
 
 namespace {
 
@@ -78,14 +82,6 @@ std::string json_string(const std::string& json, const std::string& key) {
   return std::regex_search(json, match, pattern) ? std::string(match[1]) : std::string();
 }
 
-/// A fresh directory under the system's temporary directory.
-fs::path scratch(const std::string& name) {
-  const auto path = fs::temp_directory_path() / ("torchbus_train_test_" + name);
-  fs::remove_all(path);
-  fs::create_directories(path);
-  return path;
-}
-
 void write_big_endian(std::ofstream& out, std::uint32_t value) {
   const char bytes[4] = {char(value >> 24), char(value >> 16), char(value >> 8), char(value)};
   out.write(bytes, 4);
@@ -110,7 +106,7 @@ void write_idx_pair(const fs::path& images, const fs::path& labels, int count,
 }
 
 fs::path make_mnist(const std::string& name, std::uint32_t image_magic = 2051) {
-  const auto dir = scratch(name);
+  const auto dir = scratch("train_test", name);
   write_idx_pair(dir / "train-images-idx3-ubyte", dir / "train-labels-idx1-ubyte", 200,
                  image_magic);
   write_idx_pair(dir / "t10k-images-idx3-ubyte", dir / "t10k-labels-idx1-ubyte", 50);
@@ -118,7 +114,7 @@ fs::path make_mnist(const std::string& name, std::uint32_t image_magic = 2051) {
 }
 
 fs::path make_csv(const std::string& name, const std::string& header, const std::string& rows) {
-  const auto path = scratch(name) / "data.csv";
+  const auto path = scratch("train_test", name) / "data.csv";
   std::ofstream(path) << header << "\n" << rows;
   return path;
 }
@@ -133,18 +129,12 @@ std::string learnable_csv_rows(int count) {
   return rows;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  const bool found = text.find(part) != std::string::npos;
-  if (!found) BOOST_TEST_MESSAGE("'" << part << "' not in:\n" << text);
-  return found;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(train)
 
 BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
-  const auto out = scratch("synthetic");
+  const auto out = scratch("train_test", "synthetic");
   const auto result = run_train("--epochs 3 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   const auto summary = read_file(out / "summary.json");
@@ -157,14 +147,14 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.5);  // chance is 0.1
   BOOST_TEST(json_string(summary, "params_sha256").size() == 64u);
   const auto log = read_file(out / "train.log");
-  BOOST_TEST(contains(log, "epoch 3 ended"));
+  BOOST_TEST(has(log, "epoch 3 ended"));
   for (const auto& entry : fs::directory_iterator(out)) {
     BOOST_TEST(entry.path().filename().string().find(".tmp") == std::string::npos);
   }
 }
 
 BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
-  const auto first = scratch("seed_a"), second = scratch("seed_b");
+  const auto first = scratch("train_test", "seed_a"), second = scratch("train_test", "seed_b");
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + first.string()).status == 0);
   BOOST_TEST_REQUIRE(
@@ -172,19 +162,19 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
   const auto a = json_string(read_file(first / "summary.json"), "params_sha256");
   const auto b = json_string(read_file(second / "summary.json"), "params_sha256");
   BOOST_TEST(a == b);
-  const auto other = scratch("seed_c");
+  const auto other = scratch("train_test", "seed_c");
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 40 --seed 7 --out " + other.string()).status == 0);
   BOOST_TEST(json_string(read_file(other / "summary.json"), "params_sha256") != a);
 }
 
 BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
-  const auto reference = scratch("uninterrupted");
+  const auto reference = scratch("train_test", "uninterrupted");
   const std::string common = " --epochs 3 --no-progress --log-every 20 --out ";
   BOOST_TEST_REQUIRE(run_train(common + reference.string()).status == 0);
   const auto expected = json_string(read_file(reference / "summary.json"), "params_sha256");
 
-  const auto out = scratch("interrupted");
+  const auto out = scratch("train_test", "interrupted");
   const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
                                            "20",       "--out", out.string()};
   BOOST_TEST(interrupt_train(arguments, out / "train.log", "step 160 ") == 130);
@@ -194,7 +184,7 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   BOOST_TEST(fs::exists(out / "checkpoints" / "last.tbckpt"));
   const auto resumed = run_train(common + out.string() + " --resume");
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
-  BOOST_TEST(contains(read_file(out / "train.log"), "resumed from"));
+  BOOST_TEST(has(read_file(out / "train.log"), "resumed from"));
   const auto summary = read_file(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 384);
   BOOST_TEST(json_string(summary, "params_sha256") == expected);
@@ -202,23 +192,25 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   const auto csv = read_file(out / "metrics.csv");
   BOOST_TEST(csv.find("step,160,") != std::string::npos);
   BOOST_TEST(csv.find("step,160,") == csv.rfind("step,160,"));
-  BOOST_TEST(run_train("--resume --out " + scratch("nothing_to_resume").string()).status == 1);
+  BOOST_TEST(
+      run_train("--resume --out " + scratch("train_test", "nothing_to_resume").string()).status ==
+      1);
 }
 
 BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {
   const auto data = make_mnist("mnist");
-  const auto out = scratch("mnist_run");
+  const auto out = scratch("train_test", "mnist_run");
   const auto result = run_train("--data mnist:" + data.string() +
                                 " --epochs 2 --batch-size 20 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   const auto summary = read_file(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 20);
-  BOOST_TEST(contains(read_file(out / "train.log"), "MNIST from"));
+  BOOST_TEST(has(read_file(out / "train.log"), "MNIST from"));
 }
 
 BOOST_AUTO_TEST_CASE(tiny_csv_file_with_a_named_label) {
   const auto csv = make_csv("csv", "x,y,class", learnable_csv_rows(100));
-  const auto out = scratch("csv_run");
+  const auto out = scratch("train_test", "csv_run");
   const auto result =
       run_train("--data csv:" + csv.string() +
                 ":class --epochs 20 --batch-size 16 --lr 0.01 --out " + out.string());
@@ -232,19 +224,19 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_hint) {
        {"--bogus", "--epochs -1", "--batch-size 0", "--optimizer rmsprop", "--data parquet:file"}) {
     const auto result = run_train(arguments);
     BOOST_TEST(result.status == 2, arguments);
-    BOOST_TEST(contains(result.output, "--help"));
-    BOOST_TEST(!contains(result.output, "terminate called"));
+    BOOST_TEST(has(result.output, "--help"));
+    BOOST_TEST(!has(result.output, "terminate called"));
   }
-  BOOST_TEST(contains(run_train("--epochs -1").output, "expected an integer >= 1, got '-1'"));
+  BOOST_TEST(has(run_train("--epochs -1").output, "expected an integer >= 1, got '-1'"));
 }
 
 BOOST_AUTO_TEST_CASE(failed_runs_exit_1_with_the_reason_and_no_summary) {
-  const auto out = scratch("failures");
+  const auto out = scratch("train_test", "failures");
   auto expect_failure = [&](const std::string& arguments, const std::string& reason) {
     const auto result = run_train(arguments + " --out " + out.string());
     BOOST_TEST(result.status == 1, arguments);
-    BOOST_TEST(contains(result.output, reason));
-    BOOST_TEST(!contains(result.output, "terminate called"));
+    BOOST_TEST(has(result.output, reason));
+    BOOST_TEST(!has(result.output, "terminate called"));
     BOOST_TEST(!fs::exists(out / "summary.json"));
   };
   expect_failure("--data mnist:/no/such/dir", "'/no/such/dir' is not a directory");
@@ -259,15 +251,15 @@ BOOST_AUTO_TEST_CASE(failed_runs_exit_1_with_the_reason_and_no_summary) {
 }
 
 BOOST_AUTO_TEST_CASE(unwritable_output_directory) {
-  const auto file = scratch("blocked") / "a_file";
+  const auto file = scratch("train_test", "blocked") / "a_file";
   std::ofstream(file) << "x";
   const auto result = run_train("--out " + (file / "run").string());
   BOOST_TEST(result.status == 1);
-  BOOST_TEST(contains(result.output, "cannot create the run directory"));
+  BOOST_TEST(has(result.output, "cannot create the run directory"));
 }
 
 BOOST_AUTO_TEST_CASE(a_successful_run_replaces_a_stale_summary_only_at_its_end) {
-  const auto out = scratch("stale");
+  const auto out = scratch("train_test", "stale");
   std::ofstream(out / "summary.json") << "{\"stale\": true}";
   const auto csv = make_csv("stale_csv", "a,label", "1,0\n2,x\n");
   BOOST_TEST(run_train("--data csv:" + csv.string() + " --out " + out.string()).status == 1);

@@ -1,10 +1,12 @@
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <string>
 #include <vector>
 
 using namespace torchbus;
+using torchbus::testing::contains;
 
 namespace {
 /// Message of the torchbus::Error thrown by `action`, or "" when none is thrown.
@@ -16,9 +18,6 @@ std::string error_message(Action&& action) {
     return error.what();
   }
   return "";
-}
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 }  // namespace
 

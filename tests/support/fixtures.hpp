@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <torchbus/torchbus.hpp>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,28 @@ inline std::vector<at::Tensor> snapshot(torch::nn::Module& module) {
   std::vector<at::Tensor> copies;
   for (const auto& parameter : module.parameters()) copies.push_back(parameter.detach().clone());
   return copies;
+}
+
+/// A model, an SGD optimizer (lr 0.1) and a Trainer on them, without registered subscriptions.
+struct Run {
+  torch::nn::Sequential model = make_model();
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
+  Trainer trainer;
+
+  explicit Run(TrainerOptions options = {})
+      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
+};
+
+/// Copies a callback's state into `to` through a serialized archive.
+template <typename CallbackType>
+void round_trip(const CallbackType& from, CallbackType& to) {
+  torch::serialize::OutputArchive out;
+  from.save_state(out);
+  std::stringstream stream;
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  to.load_state(in);
 }
 
 }  // namespace torchbus::testing

@@ -1,6 +1,7 @@
 // Bad input gets a clear torchbus::Error, and the events that did start still end.
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
 
@@ -8,23 +9,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-template <typename ErrorType, typename Action>
-std::string message_of(Action&& action) {
-  try {
-    action();
-  } catch (const ErrorType& error) {
-    return error.what();
-  }
-  BOOST_FAIL("the expected error was not thrown");
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) {
-  const bool found = text.find(part) != std::string::npos;
-  if (!found) BOOST_TEST_MESSAGE("'" << part << "' not in: " << text);
-  return found;
-}
 
 struct Setup {
   torch::nn::Sequential model = make_model();

@@ -29,16 +29,10 @@ std::string join(std::initializer_list<std::string> parts) {
   return out;
 }
 
-struct Run {
-  torch::nn::Sequential model = make_model();
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer;
+struct RecordedRun : Run {
   std::shared_ptr<RecordingCallback> recorder = std::make_shared<RecordingCallback>();
 
-  explicit Run(TrainerOptions options)
-      : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {
-    trainer.add(recorder);
-  }
+  explicit RecordedRun(TrainerOptions options) : Run(std::move(options)) { trainer.add(recorder); }
   std::string events() const { return joined(recorder->events); }
 };
 
@@ -47,7 +41,7 @@ struct Run {
 BOOST_AUTO_TEST_SUITE(protocol)
 
 BOOST_AUTO_TEST_CASE(one_batch_per_step) {
-  Run run(TrainerOptions().max_epochs(2));
+  RecordedRun run(TrainerOptions().max_epochs(2));
   auto batches = make_batches(3, 4);
   run.trainer.fit(batches);
   const auto epoch = join({"EpochStart", step(1), step(1), step(1), "EpochEnd"});
@@ -58,7 +52,7 @@ BOOST_AUTO_TEST_CASE(one_batch_per_step) {
 }
 
 BOOST_AUTO_TEST_CASE(accumulation_with_a_short_last_window) {
-  Run run(TrainerOptions().accumulate_grad_batches(3));
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(3));
   std::vector<std::int64_t> sizes, positions, steps_at_end;
   run.trainer.on(Event::BatchStart, [&](State& s) {
     sizes.push_back(s.window_size);
@@ -78,7 +72,7 @@ BOOST_AUTO_TEST_CASE(accumulation_with_a_short_last_window) {
 }
 
 BOOST_AUTO_TEST_CASE(short_window_gradient_equals_one_batch_of_its_size) {
-  Run run(TrainerOptions().accumulate_grad_batches(3));
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(3));
   auto batches = make_batches(4, 5);
   std::vector<at::Tensor> last_gradients;
   std::vector<at::Tensor> weights_before_last;
@@ -105,7 +99,7 @@ BOOST_AUTO_TEST_CASE(short_window_gradient_equals_one_batch_of_its_size) {
 }
 
 BOOST_AUTO_TEST_CASE(max_steps_reached_mid_epoch) {
-  Run run(TrainerOptions().max_epochs(5).max_steps(2).val_every_n_epochs(0));
+  RecordedRun run(TrainerOptions().max_epochs(5).max_steps(2).val_every_n_epochs(0));
   auto batches = make_batches(5, 4);
   run.trainer.fit(batches);
   BOOST_TEST(run.events() ==
@@ -114,7 +108,7 @@ BOOST_AUTO_TEST_CASE(max_steps_reached_mid_epoch) {
 }
 
 BOOST_AUTO_TEST_CASE(validation_every_second_epoch) {
-  Run run(TrainerOptions().max_epochs(4).val_every_n_epochs(2));
+  RecordedRun run(TrainerOptions().max_epochs(4).val_every_n_epochs(2));
   auto train = make_batches(2, 4);
   auto validation = make_batches(3, 4, 4, 3, 99);
   run.trainer.fit(train, validation);
@@ -129,7 +123,7 @@ BOOST_AUTO_TEST_CASE(validation_every_second_epoch) {
 }
 
 BOOST_AUTO_TEST_CASE(validation_every_n_steps) {
-  Run run(TrainerOptions().max_epochs(1).val_every_n_epochs(0).val_every_n_steps(2));
+  RecordedRun run(TrainerOptions().max_epochs(1).val_every_n_epochs(0).val_every_n_steps(2));
   auto train = make_batches(4, 4);
   auto validation = make_batches(1, 4, 4, 3, 99);
   run.trainer.fit(train, validation);
@@ -138,7 +132,7 @@ BOOST_AUTO_TEST_CASE(validation_every_n_steps) {
 }
 
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   std::vector<bool> cancelled_at_end;
   run.trainer.on(Event::BatchStart, [](State& s) {
     if (s.global_batch == 1) throw CancelBatch();
@@ -156,7 +150,7 @@ BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
 }
 
 BOOST_AUTO_TEST_CASE(filtered_step_end_ignores_a_step_without_update) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   std::vector<std::int64_t> every_step;
   run.trainer.on(Event::BatchStart, [](State& s) {
     if (s.global_batch == 0) throw CancelBatch();
@@ -168,7 +162,7 @@ BOOST_AUTO_TEST_CASE(filtered_step_end_ignores_a_step_without_update) {
 }
 
 BOOST_AUTO_TEST_CASE(skip_update_discards_the_step_and_keeps_the_weights) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   std::vector<at::Tensor> before, after;
   std::vector<bool> skipped;
   run.trainer.on(Event::StepStart, [&](State& s) {
@@ -183,9 +177,8 @@ BOOST_AUTO_TEST_CASE(skip_update_discards_the_step_and_keeps_the_weights) {
   });
   auto batches = make_batches(3, 4);
   run.trainer.fit(batches);
-  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1),
-                                   "StepStart", batch(), "BeforeOptimizerStep StepEnd", step(1),
-                                   "EpochEnd ActionEnd"}));
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), "StepStart", batch(),
+                                   "BeforeOptimizerStep StepEnd", step(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(skipped == (std::vector<bool>{false, true, false}), boost::test_tools::per_element());
   for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(before[i], after[i]));
   BOOST_TEST(run.trainer.state().step == 2);
@@ -194,7 +187,7 @@ BOOST_AUTO_TEST_CASE(skip_update_discards_the_step_and_keeps_the_weights) {
 }
 
 BOOST_AUTO_TEST_CASE(cancel_batch_inside_a_window_keeps_the_other_batches) {
-  Run run(TrainerOptions().accumulate_grad_batches(2));
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(2));
   run.trainer.set_train_step([](Trainer& trainer, Batch& batch) {
     if (trainer.state().global_batch == 0) throw CancelBatch();
     return cross_entropy(trainer.forward(batch.data), batch.target);
@@ -207,7 +200,7 @@ BOOST_AUTO_TEST_CASE(cancel_batch_inside_a_window_keeps_the_other_batches) {
 }
 
 BOOST_AUTO_TEST_CASE(stop_training_thrown_from_step_end) {
-  Run run(TrainerOptions().max_epochs(3));
+  RecordedRun run(TrainerOptions().max_epochs(3));
   int later_subscriber_calls = 0;
   run.trainer.on(Event::StepEnd, [](State& s) {
     if (s.step == 2) throw StopTraining("enough");
@@ -224,7 +217,7 @@ BOOST_AUTO_TEST_CASE(stop_training_thrown_from_step_end) {
 }
 
 BOOST_AUTO_TEST_CASE(request_stop_mid_window_finishes_the_window) {
-  Run run(TrainerOptions().accumulate_grad_batches(3));
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(3));
   run.trainer.on(Event::BatchEnd, [](State& s) {
     if (s.global_batch == 3) s.request_stop("requested");
   });
@@ -236,7 +229,7 @@ BOOST_AUTO_TEST_CASE(request_stop_mid_window_finishes_the_window) {
 }
 
 BOOST_AUTO_TEST_CASE(stop_requested_at_epoch_start_ends_without_batches) {
-  Run run(TrainerOptions().max_epochs(3));
+  RecordedRun run(TrainerOptions().max_epochs(3));
   run.trainer.on(Event::EpochStart, [](State& s) {
     if (s.epoch == 1) s.request_stop("stop before epoch 2");
   });
@@ -247,7 +240,7 @@ BOOST_AUTO_TEST_CASE(stop_requested_at_epoch_start_ends_without_batches) {
 }
 
 BOOST_AUTO_TEST_CASE(all_evaluation_batches_cancelled) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   run.trainer.on(Event::EvalBatchStart, [](State&) { throw CancelBatch(); });
   auto data = make_batches(2, 4);
   BOOST_TEST(std::isnan(run.trainer.evaluate(data)));
@@ -256,7 +249,7 @@ BOOST_AUTO_TEST_CASE(all_evaluation_batches_cancelled) {
 }
 
 BOOST_AUTO_TEST_CASE(fit_from_inside_a_subscriber_is_refused) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   auto batches = make_batches(1, 4);
   std::int64_t step_after_refusal = -1;
   auto nested = run.trainer.on(Event::StepEnd, [&](State& s) {
@@ -271,7 +264,7 @@ BOOST_AUTO_TEST_CASE(fit_from_inside_a_subscriber_is_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(exception_from_batch_end_fires_exception_then_pending_ends) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   int exceptions = 0;
   std::string message_seen;
   run.trainer.on(Event::BatchEnd, [](State& s) {
@@ -294,7 +287,7 @@ BOOST_AUTO_TEST_CASE(exception_from_batch_end_fires_exception_then_pending_ends)
 }
 
 BOOST_AUTO_TEST_CASE(exception_from_the_train_step) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   run.trainer.set_train_step([](Trainer& trainer, Batch& batch) -> at::Tensor {
     if (trainer.state().global_batch == 1) throw std::logic_error("step broke");
     return cross_entropy(trainer.forward(batch.data), batch.target);
@@ -307,7 +300,7 @@ BOOST_AUTO_TEST_CASE(exception_from_the_train_step) {
 }
 
 BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   auto data = make_batches(2, 5);
   const double loss = run.trainer.evaluate(data);
   BOOST_TEST(run.events() == join({"ActionStart", evaluation(2), "ActionEnd"}));
@@ -320,7 +313,7 @@ BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
 }
 
 BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
-  Run run(TrainerOptions().max_epochs(2).accumulate_grad_batches(2));
+  RecordedRun run(TrainerOptions().max_epochs(2).accumulate_grad_batches(2));
   auto batches = make_batches(4, 4);
   auto validation = make_batches(1, 4);
   std::vector<double> step_losses;
@@ -342,7 +335,7 @@ BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
 }
 
 BOOST_AUTO_TEST_CASE(tensor_store_scopes_follow_the_loop) {
-  Run run{TrainerOptions()};
+  RecordedRun run{TrainerOptions()};
   std::vector<std::string> seen;
   run.trainer.on(Event::BatchStart,
                  [](State& s) { s.tensors.set("kept", torch::ones({1}), Scope::Epoch); });

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/metric_monitor.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
 
@@ -57,9 +58,9 @@ class EarlyStopping : public Callback {
   /// The options it was built with.
   const EarlyStoppingOptions& options() const noexcept { return options_; }
   /// Best value seen so far (+inf for Min, -inf for Max before the first check).
-  double best() const noexcept { return best_; }
+  double best() const noexcept { return monitor_.best(); }
   /// Checks since the last improvement.
-  std::int64_t wait() const noexcept { return wait_; }
+  std::int64_t wait() const noexcept { return monitor_.wait(); }
   /// Epoch at which it requested the stop, or -1.
   std::int64_t stopped_epoch() const noexcept { return stopped_epoch_; }
 
@@ -75,16 +76,11 @@ class EarlyStopping : public Callback {
 
  private:
   void check(State& state);
-  bool improved(double value) const noexcept;
 
   EarlyStoppingOptions options_;
-  double best_;
-  std::int64_t wait_ = 0;
+  MetricMonitor monitor_;
   std::int64_t best_step_ = -1;
   std::int64_t best_epoch_ = -1;
-  std::int64_t last_count_ = -1;  // points of the metric at the previous check
-  std::int64_t last_step_ = -1;   // step of the newest point already checked
-  std::int64_t last_epoch_ = -1;  // epoch of the newest point already checked
   std::int64_t stopped_epoch_ = -1;
 };
 

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/metric_monitor.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
 
@@ -199,13 +200,9 @@ class LearningRateScheduler : public Callback {
   bool pending_apply_ = false;  // load_state restored values not yet on the optimizer
 
   // Reduce-on-plateau.
-  double best_;
-  std::int64_t wait_ = 0;
+  MetricMonitor monitor_;
   std::int64_t cooldown_left_ = 0;
   std::int64_t reductions_ = 0;
-  std::int64_t last_count_ = -1;
-  std::int64_t last_step_ = -1;
-  std::int64_t last_epoch_ = -1;
 };
 
 }  // namespace torchbus

@@ -1,0 +1,72 @@
+#include <torch/serialize/archive.h>
+#include <torchbus/callbacks/metric_monitor.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/state.hpp>
+
+#include <limits>
+
+namespace torchbus {
+
+MetricMonitor::MetricMonitor(std::string monitor, Mode mode, double min_delta)
+    : monitor_(std::move(monitor)),
+      mode_(mode),
+      min_delta_(min_delta),
+      best_(mode == Mode::Min ? std::numeric_limits<double>::infinity()
+                              : -std::numeric_limits<double>::infinity()) {}
+
+const MetricPoint* MetricMonitor::poll(const State& state, Event check_on, std::string_view who,
+                                       std::string_view reader, int priority) {
+  TORCHBUS_CHECK(state.metrics.contains(monitor_), ConfigError, who, " '", monitor_,
+                 "' was not recorded by ", to_string(check_on), " (epoch ", state.epoch, ", step ",
+                 state.step, "); metrics present: ", detail::join_or_none(state.metrics.names()),
+                 ". Expected one of them, or a metric recorded before ", reader, " runs (priority ",
+                 priority, ")");
+  const auto& series = state.metrics.series(monitor_);  // a host read if recorded as a tensor
+  const auto count = static_cast<std::int64_t>(series.size());
+  const auto& point = series.back();
+  if (count == last_count_ && point.step == last_step_ && point.epoch == last_epoch_) {
+    return nullptr;
+  }
+  last_count_ = count;
+  last_step_ = point.step;
+  last_epoch_ = point.epoch;
+  return &point;
+}
+
+bool MetricMonitor::improved(double value) const noexcept {
+  return mode_ == Mode::Min ? value < best_ - min_delta_ : value > best_ + min_delta_;
+}
+
+bool MetricMonitor::update(double value) noexcept {
+  if (improved(value)) {
+    best_ = value;
+    wait_ = 0;
+    return true;
+  }
+  ++wait_;
+  return false;
+}
+
+void MetricMonitor::save_state(torch::serialize::OutputArchive& archive,
+                               const std::string& prefix) const {
+  archive.write(prefix + "best", c10::IValue(best_));
+  archive.write(prefix + "wait", c10::IValue(wait_));
+  archive.write(prefix + "last_count", c10::IValue(last_count_));
+  archive.write(prefix + "last_step", c10::IValue(last_step_));
+  archive.write(prefix + "last_epoch", c10::IValue(last_epoch_));
+}
+
+void MetricMonitor::load_state(torch::serialize::InputArchive& archive, const std::string& prefix) {
+  const auto read = [&archive, &prefix](const char* key) {
+    c10::IValue value;
+    archive.read(prefix + key, value);
+    return value;
+  };
+  best_ = read("best").toDouble();
+  wait_ = read("wait").toInt();
+  last_count_ = read("last_count").toInt();
+  last_step_ = read("last_step").toInt();
+  last_epoch_ = read("last_epoch").toInt();
+}
+
+}  // namespace torchbus

@@ -1,0 +1,44 @@
+#pragma once
+
+// Test support: fresh scratch directories under the system's temporary directory.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace torchbus::testing {
+
+/// The path "torchbus_<suite>_<name>" under the system's temporary directory, with whatever was
+/// there removed; not created.
+inline std::filesystem::path scratch_path(const std::string& suite, const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() / ("torchbus_" + suite + "_" + name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+/// A fresh, empty directory "torchbus_<suite>_<name>" under the system's temporary directory.
+inline std::filesystem::path scratch(const std::string& suite, const std::string& name) {
+  auto path = scratch_path(suite, name);
+  std::filesystem::create_directories(path);
+  return path;
+}
+
+/// A fresh directory unique to this process, removed with everything in it when it goes away.
+struct TempDir {
+  std::filesystem::path path;
+  /// Creates "torchbus_<suite>_<pid>_<n>" under the system's temporary directory.
+  explicit TempDir(const std::string& suite) {
+    static int counter = 0;
+    path = scratch(suite, std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+}  // namespace torchbus::testing
