@@ -290,7 +290,7 @@ void Trainer::run_batch(Batch& batch) {
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
       scaled.backward();
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.
-      window_loss_ = window == 1 ? loss
+      window_loss_ = window == 1              ? loss
                      : window_loss_.defined() ? window_loss_ + scaled.detach()
                                               : scaled.detach();
       window_has_backward_ = true;

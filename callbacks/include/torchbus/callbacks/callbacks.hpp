@@ -3,15 +3,15 @@
 /// \file
 /// Every built-in callback, in one include.
 
-#include <torchbus/callbacks/csv_logger.hpp>
-#include <torchbus/callbacks/model_checkpoint.hpp>
-#include <torchbus/callbacks/progress_bar.hpp>
-#include <torchbus/callbacks/simple_logger.hpp>
-#include <torchbus/torchbus.hpp>
 #include <torchbus/callbacks/all_predictions_same.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
+#include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
+#include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/callbacks/progress_bar.hpp>
+#include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/callbacks/timer.hpp>
+#include <torchbus/torchbus.hpp>
