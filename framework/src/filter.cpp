@@ -24,6 +24,7 @@ std::int64_t occurrence(Event event, const State& state) noexcept {
     case Event::EvalBatchEnd:
       return state.eval_batch + 1;
     case Event::ActionStart:
+    case Event::ProcessGroupStart:
     case Event::ActionEnd:
     case Event::EvalStart:
     case Event::EvalEnd:

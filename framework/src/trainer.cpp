@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/control.hpp>
+#include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
@@ -9,12 +10,6 @@
 
 namespace torchbus {
 namespace {
-
-/// First line of a LibTorch error, without its backtrace.
-std::string first_line(const c10::Error& error) {
-  std::string message = error.what_without_backtrace();
-  return message.substr(0, message.find('\n'));
-}
 
 std::string describe(const std::exception_ptr& error) {
   try {
@@ -132,6 +127,7 @@ void Trainer::run_action(Body&& body) {
   } catch (...) {
     state_.error = std::current_exception();
     state_.error_message = describe(state_.error);
+    if (process_group_) process_group_->report_failure(state_.error_message);
     bus_.emit_guarded(Event::Exception, state_);
     while (!open_ends_.empty()) {
       const Event end = open_ends_.back();
@@ -180,6 +176,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   optimizer_.zero_grad();
   if (resume_path_) restore_for_resume();
   run_action([&] {
+    if (process_group_) start_process_group();
     while (!training_finished()) run_epoch(train, validation);
   });
 }
@@ -213,6 +210,7 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
     if (validation && every > 0 && window_has_backward_ && !state_.stop_requested() &&
         state_.step % every == 0) {
       run_evaluation(*validation);
+      agree_on_stop();
     }
   }
   if (state_.metrics.contains("train_loss") &&
@@ -227,6 +225,7 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   // ActionEnd continues it where it stopped.
   epoch_finished_ = !more;
   close();  // EpochEnd
+  agree_on_stop();
   epoch_finished_ = false;
   state_.tensors.clear(Scope::Epoch);
   if (!more) {
@@ -260,7 +259,9 @@ void Trainer::run_step() {
     ++state_.batch_in_epoch;
     ++state_.global_batch;
   }
+  if (distributed()) synchronize_gradients();
   if (window_has_backward_ && !state_.skip_update) fire(Event::BeforeOptimizerStep);
+  if (distributed()) agree_on_skip_update();
   const bool update = window_has_backward_ && !state_.skip_update;
   if (update) {
     clip_gradients();
@@ -276,6 +277,7 @@ void Trainer::run_step() {
   close();  // StepEnd
   state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);
+  agree_on_stop();
 }
 
 void Trainer::run_batch(Batch& batch) {
@@ -345,7 +347,7 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
     output = forward_(batch.data);
   } catch (const c10::Error& error) {
     throw DataError(detail::concat("the model's forward failed on an input of shape ",
-                                   batch.data.sizes(), ": ", first_line(error)));
+                                   batch.data.sizes(), ": ", detail::first_line(error)));
   }
   at::Tensor loss;
   try {
@@ -353,7 +355,7 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
   } catch (const c10::Error& error) {
     throw DataError(detail::concat("the loss failed on output of shape ", output.sizes(),
                                    " and target of shape ", batch.target.sizes(), ": ",
-                                   first_line(error),
+                                   detail::first_line(error),
                                    " (expected a target that fits the model's output)"));
   }
   state_.tensors.set("output", output);
@@ -413,6 +415,15 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
   }
   TORCHBUS_CHECK(state_.eval_batch > 0, DataError,
                  "the evaluation data yielded no batches; expected at least one batch");
+  if (distributed()) {
+    // Each rank evaluated its shard: the mean is over every rank's samples.
+    auto totals = torch::stack(
+        {loss_sum.defined() ? loss_sum.to(torch::kDouble) : torch::zeros({}, torch::kDouble),
+         torch::tensor(static_cast<double>(samples), torch::kDouble)});
+    process_group_->all_reduce(totals);
+    samples = static_cast<std::int64_t>(totals[1].item<double>());
+    loss_sum = totals[0];
+  }
   at::Tensor mean_loss;
   if (samples > 0) {
     mean_loss = loss_sum / static_cast<double>(samples);

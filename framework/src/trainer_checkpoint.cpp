@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/checkpoint_file.hpp>
+#include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
@@ -370,6 +371,13 @@ void Trainer::load_checkpoint(const fs::path& path) {
 
 void Trainer::start_training_epoch(BatchSource& train) {
   if (resume_skip_ == 0) {
+    if (distributed()) {
+      // Every rank draws the epoch's order (e.g. a DistributedSampler's permutation) from rank
+      // 0's generator, so that the shards stay disjoint.
+      std::vector<at::Tensor> generator{cpu_rng_state()};
+      process_group_->broadcast(generator);
+      set_cpu_rng_state(generator.front());
+    }
     epoch_start_rng_ = cpu_rng_state();
     train.start_epoch(state_.epoch);
     return;

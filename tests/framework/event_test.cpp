@@ -22,7 +22,8 @@ BOOST_AUTO_TEST_CASE(unknown_name_lists_the_valid_ones) {
   } catch (const ConfigError& error) {
     const std::string message = error.what();
     BOOST_TEST(message.find("unknown event 'StepEnded'") != std::string::npos);
-    BOOST_TEST(message.find("ActionStart, EpochStart, StepStart") != std::string::npos);
+    BOOST_TEST(message.find("ActionStart, ProcessGroupStart, EpochStart, StepStart") !=
+               std::string::npos);
   }
   BOOST_TEST(!find_event("").has_value());
 }

@@ -1,5 +1,5 @@
-# Runs PROGRAM and fails unless it exits 0 and its output matches the regular expression EXPECT.
-execute_process(COMMAND "${PROGRAM}" RESULT_VARIABLE status OUTPUT_VARIABLE output ERROR_VARIABLE errors)
+# Runs PROGRAM (with the list ARGS) and fails unless it exits 0 and its output matches the regular expression EXPECT.
+execute_process(COMMAND "${PROGRAM}" ${ARGS} RESULT_VARIABLE status OUTPUT_VARIABLE output ERROR_VARIABLE errors)
 message("${output}${errors}")
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} exited with ${status}")

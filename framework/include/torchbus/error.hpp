@@ -41,6 +41,9 @@ class DistributedError : public Error {
 };
 
 namespace detail {
+/// The first line of an exception's message, without LibTorch's backtrace.
+std::string first_line(const std::exception& error);
+
 /// Concatenates streamable values into one message.
 template <typename... Parts>
 std::string concat(const Parts&... parts) {

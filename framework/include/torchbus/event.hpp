@@ -12,6 +12,7 @@
 /// names, the `Callback::on_<name>` hooks and the `on_<name>` decorator helpers are generated from.
 #define TORCHBUS_FOR_EACH_EVENT(X)              \
   X(ActionStart, action_start)                  \
+  X(ProcessGroupStart, process_group_start)     \
   X(EpochStart, epoch_start)                    \
   X(StepStart, step_start)                      \
   X(BatchStart, batch_start)                    \

@@ -22,6 +22,8 @@ class Optimizer;
 
 namespace torchbus {
 
+class ProcessGroup;
+
 /// Shared state of a run, passed as `State&` to every slot. Counters are plain fields.
 struct State {
   // Counters. All are 0-based indices except `step`, which counts completed optimizer steps.
@@ -40,6 +42,9 @@ struct State {
   int rank = 0;        ///< global rank of this process
   int local_rank = 0;  ///< rank on this machine
   int world_size = 1;  ///< number of processes
+  /// The trainer's process group (see distributed.hpp), null when it has none. Use it through
+  /// `all_reduce_mean` and `gather`, which also work without one.
+  ProcessGroup* process_group = nullptr;
 
   // What is trained. Owned by the trainer; null outside a run.
   torch::nn::Module* model = nullptr;            ///< the model being trained

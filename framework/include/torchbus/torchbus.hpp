@@ -11,9 +11,12 @@
 #include <torchbus/control.hpp>
 #include <torchbus/crc32c.hpp>
 #include <torchbus/decorators.hpp>
+#include <torchbus/distributed.hpp>
+#include <torchbus/distributed_sampler.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/filter.hpp>
+#include <torchbus/launch_environment.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/state.hpp>

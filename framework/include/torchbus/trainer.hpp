@@ -18,6 +18,8 @@
 
 namespace torchbus {
 
+class ProcessGroup;
+
 namespace detail {
 template <typename Model, typename = void>
 struct IsModuleHolder : std::false_type {};
@@ -88,6 +90,13 @@ class Trainer {
   Connection on(Event event, Filter filter, EventBus::Slot slot, int priority = 0) {
     return bus_.on(event, std::move(filter), std::move(slot), priority);
   }
+
+  /// Trains data-parallel across the ranks of `group` (see docs/distributed.md): rank 0's
+  /// parameters are broadcast at the start of fit(), gradients averaged once per step, stop
+  /// decisions agreed at step boundaries. Null goes back to one process. Not during a run.
+  Trainer& set_process_group(std::shared_ptr<ProcessGroup> group);
+  /// The process group, or null.
+  ProcessGroup* process_group() const noexcept { return process_group_.get(); }
 
   /// Replaces the default train step (forward, loss) without subclassing.
   Trainer& set_train_step(StepFunction step);
@@ -160,6 +169,11 @@ class Trainer {
   at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
   at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
   void clip_gradients();
+  bool distributed() const noexcept;
+  void start_process_group();
+  void synchronize_gradients();
+  void agree_on_skip_update();
+  void agree_on_stop();
   void move_to_device(Batch& batch) const;
   bool training_finished() const noexcept;
   bool step_limit_reached() const noexcept;
@@ -180,6 +194,7 @@ class Trainer {
   StepFunction eval_step_;
   EventBus bus_;
   State state_;
+  std::shared_ptr<ProcessGroup> process_group_;
 
   std::vector<at::Tensor> parameters_;  // cached for clipping
   std::vector<Event> open_ends_;        // End events still owed, innermost last

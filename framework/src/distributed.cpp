@@ -1,0 +1,299 @@
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torchbus/distributed.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+namespace torchbus {
+namespace {
+
+std::string seconds_of(std::chrono::milliseconds duration) {
+  return detail::concat(static_cast<double>(duration.count()) / 1000.0, " s");
+}
+
+std::string arrival_key(int rank) {
+  return "arrived/" + std::to_string(rank);
+}
+
+std::string failure_key(int rank) {
+  return "failed/" + std::to_string(rank);
+}
+
+std::vector<std::uint8_t> bytes_of(std::string_view text) {
+  return {text.begin(), text.end()};
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Min:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::Max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::Sum:
+      break;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+bool is_loopback(const std::string& address) {
+  return address == "127.0.0.1" || address == "localhost" || address == "::1";
+}
+
+/// The Gloo device: the interface in GLOO_SOCKET_IFNAME, loopback for a run on this machine,
+/// else the address this machine's hostname resolves to.
+std::shared_ptr<gloo::transport::Device> make_device(const LaunchEnvironment& environment) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  }
+  if (is_loopback(environment.master_addr)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+/// Consecutive gradients of one dtype up to `bucket_bytes` each (a larger gradient alone); at
+/// least one range, empty when there are no gradients.
+std::vector<std::pair<std::size_t, std::size_t>> bucket_ranges(
+    const std::vector<at::Tensor>& gradients, std::int64_t bucket_bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::size_t begin = 0;
+  do {
+    std::size_t end = begin;
+    std::size_t bytes = 0;
+    while (end < gradients.size() &&
+           (end == begin ||
+            (gradients[end].scalar_type() == gradients[begin].scalar_type() &&
+             bytes + gradients[end].nbytes() <= static_cast<std::size_t>(bucket_bytes)))) {
+      bytes += gradients[end].nbytes();
+      ++end;
+    }
+    ranges.emplace_back(begin, end);
+    begin = end;
+  } while (begin < gradients.size());
+  return ranges;
+}
+
+}  // namespace
+
+void DistributedOptions::validate() const {
+  TORCHBUS_CHECK(timeout().count() > 0, ConfigError,
+                 "DistributedOptions::timeout must be positive, got ", timeout().count(), " ms");
+  TORCHBUS_CHECK(bucket_bytes() > 0, ConfigError,
+                 "DistributedOptions::bucket_bytes must be positive, got ", bucket_bytes());
+}
+
+/// The c10d objects of a world of more than one process.
+struct ProcessGroup::Backend {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+
+  Backend(const LaunchEnvironment& environment, const DistributedOptions& options) {
+    const auto where = detail::concat(environment.master_addr, ":", environment.master_port);
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(environment.master_port);
+    store_options.isServer = environment.rank == 0 && !environment.agent_store;
+    store_options.waitWorkers = false;
+    store_options.timeout = options.timeout();
+    c10::intrusive_ptr<c10d::Store> tcp;
+    try {
+      tcp = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);
+    } catch (const std::exception& error) {
+      throw DistributedError(detail::concat(
+          "rank ", environment.rank, " could not ", store_options.isServer ? "host" : "reach",
+          " the rendezvous store at ", where, " within ", seconds_of(options.timeout()),
+          " (MASTER_ADDR/MASTER_PORT): ", detail::first_line(error)));
+    }
+    store = c10::make_intrusive<c10d::PrefixStore>(environment.store_prefix + "/torchbus", tcp);
+    await_every_rank(environment, options, where);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
+    try {
+      gloo_options->devices.push_back(make_device(environment));
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", store), environment.rank,
+          environment.world_size, gloo_options);
+    } catch (const std::exception& error) {
+      throw DistributedError(
+          detail::concat("rank ", environment.rank,
+                         " could not set up the Gloo process group: ", detail::first_line(error)));
+    }
+  }
+
+  /// Waits until every rank has checked in at the store; names the missing ones otherwise.
+  void await_every_rank(const LaunchEnvironment& environment, const DistributedOptions& options,
+                        const std::string& where) {
+    store->set(arrival_key(environment.rank), bytes_of("1"));
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < environment.world_size; ++rank) keys.push_back(arrival_key(rank));
+    try {
+      store->wait(keys, options.timeout());
+    } catch (const std::exception&) {
+      std::vector<std::string> missing;
+      for (int rank = 0; rank < environment.world_size; ++rank) {
+        if (!store->check({arrival_key(rank)})) missing.push_back(std::to_string(rank));
+      }
+      throw DistributedError(detail::concat(
+          "rendezvous at ", where, " timed out after ", seconds_of(options.timeout()), ": rank(s) ",
+          detail::join_or_none(missing), " of ", environment.world_size,
+          " did not arrive (started by ", to_string(environment.launcher), ")"));
+    }
+  }
+
+  /// What the other ranks reported before failing, for an error message.
+  std::string reported_failures(int own_rank, int world_size) const {
+    std::string reports;
+    try {
+      for (int rank = 0; rank < world_size; ++rank) {
+        if (rank == own_rank || !store->check({failure_key(rank)})) continue;
+        const auto bytes = store->get(failure_key(rank));
+        reports +=
+            detail::concat("; rank ", rank, " failed: ", std::string(bytes.begin(), bytes.end()));
+      }
+    } catch (const std::exception&) {
+      reports += "; the rendezvous store is gone too (rank 0 has exited)";
+    }
+    return reports.empty() ? "; no rank reported an error: one may have crashed or be stuck"
+                           : reports;
+  }
+};
+
+ProcessGroup::ProcessGroup(LaunchEnvironment environment, DistributedOptions options)
+    : environment_(std::move(environment)), options_(options) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions options) {
+  return connect(LaunchEnvironment::detect(), options);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& environment,
+                                                    DistributedOptions options) {
+  options.validate();
+  TORCHBUS_CHECK(environment.world_size >= 1 && environment.rank >= 0 &&
+                     environment.rank < environment.world_size,
+                 ConfigError, "rank ", environment.rank, " is not in [0, world size ",
+                 environment.world_size, ")");
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup(environment, options));
+  if (environment.world_size > 1) {
+    group->backend_ = std::make_unique<Backend>(environment, options);
+    logger()->info("rank {} of {} joined the process group at {}:{} (started by {})",
+                   environment.rank, environment.world_size, environment.master_addr,
+                   environment.master_port, to_string(environment.launcher));
+  }
+  return group;
+}
+
+template <typename Operation>
+void ProcessGroup::run(const char* what, Operation&& operation) {
+  try {
+    operation();
+  } catch (const std::exception& error) {
+    throw DistributedError(detail::concat(
+        "rank ", rank(), ": ", what, " failed (timeout ", seconds_of(options_.timeout()),
+        "): ", detail::first_line(error), backend_->reported_failures(rank(), world_size())));
+  }
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (!backend_) return;
+  for (auto& tensor : tensors) {
+    std::vector<at::Tensor> buffer{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    run("broadcast",
+        [&] { backend_->group->broadcast(buffer, options)->wait(options_.timeout()); });
+    if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
+  }
+}
+
+void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  if (!backend_) return;
+  std::vector<at::Tensor> buffer{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  run("all_reduce", [&] { backend_->group->allreduce(buffer, options)->wait(options_.timeout()); });
+  if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
+}
+
+at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
+  const auto input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
+  if (!backend_) return input;
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int rank = 0; rank < world_size(); ++rank) outputs[0].push_back(torch::empty_like(input));
+  std::vector<at::Tensor> inputs{input};
+  run("all_gather", [&] { backend_->group->allgather(outputs, inputs)->wait(options_.timeout()); });
+  return torch::cat(outputs[0]);
+}
+
+std::vector<int> ProcessGroup::ranks_with(bool flag) {
+  if (!backend_) return flag ? std::vector<int>{rank()} : std::vector<int>{};
+  auto flags = torch::zeros({world_size()}, torch::kInt32);
+  flags[rank()] = flag ? 1 : 0;
+  all_reduce(flags);
+  std::vector<int> ranks;
+  const auto* values = flags.data_ptr<std::int32_t>();
+  for (int rank = 0; rank < world_size(); ++rank) {
+    if (values[rank] != 0) ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+void ProcessGroup::average_gradients(const std::vector<at::Tensor>& parameters,
+                                     at::Tensor& piggyback) {
+  if (!backend_) return;
+  std::vector<at::Tensor> gradients;
+  gradients.reserve(parameters.size());
+  for (const auto& parameter : parameters) {
+    auto& gradient = parameter.mutable_grad();
+    if (!gradient.defined()) gradient = torch::zeros_like(parameter);
+    gradients.push_back(gradient);
+  }
+  const auto scale = 1.0 / static_cast<double>(world_size());
+  const auto buckets = bucket_ranges(gradients, options_.bucket_bytes());
+  for (const auto& [begin, end] : buckets) {
+    const bool last = end == gradients.size();
+    std::vector<at::Tensor> pieces;
+    for (std::size_t i = begin; i < end; ++i) pieces.push_back(gradients[i].reshape(-1));
+    const auto dtype = pieces.empty() ? piggyback.scalar_type() : pieces.front().scalar_type();
+    if (last) pieces.push_back(piggyback.reshape(-1).to(dtype));
+    auto flat = torch::cat(pieces);
+    all_reduce(flat);
+    ++gradient_all_reduces_;
+    std::int64_t offset = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const auto count = gradients[i].numel();
+      gradients[i].copy_(flat.narrow(0, offset, count).view_as(gradients[i]).mul_(scale));
+      offset += count;
+    }
+    if (last) piggyback.copy_(flat.narrow(0, offset, piggyback.numel()).view_as(piggyback));
+  }
+}
+
+void ProcessGroup::report_failure(std::string_view message) noexcept {
+  if (!backend_) return;
+  try {
+    backend_->store->set(failure_key(rank()), bytes_of(message));
+  } catch (...) {
+    // The store may be gone already (rank 0 exited); the other ranks then report a lost peer.
+  }
+}
+
+at::Tensor all_reduce_mean(const State& state, const at::Tensor& tensor) {
+  if (!state.process_group || state.process_group->world_size() == 1) return tensor;
+  auto sum = tensor.detach().clone();
+  state.process_group->all_reduce(sum);
+  return sum / static_cast<double>(state.process_group->world_size());
+}
+
+at::Tensor gather(const State& state, const at::Tensor& tensor) {
+  if (!state.process_group) return tensor.dim() == 0 ? tensor.reshape({1}) : tensor;
+  return state.process_group->all_gather(tensor);
+}
+
+}  // namespace torchbus

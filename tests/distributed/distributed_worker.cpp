@@ -1,0 +1,135 @@
+// One rank of the distributed tests: joins the process group from the launcher's environment,
+// trains a small MLP on its DistributedSampler shard and writes what the test compares into
+// OUT/rank<r>.txt and OUT/rank<r>.params (or OUT/rank<r>.error when it fails).
+//
+// Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
+// stop_rank/stop_step (request a stop there), throw_rank/throw_step (throw there),
+// save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from).
+
+#include <torch/torch.h>
+#include <torchbus/torchbus.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+namespace {
+
+/// The 96-sample, 8-feature, 4-class problem, identical on every rank.
+class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
+ public:
+  Synthetic() {
+    torch::manual_seed(7);
+    inputs_ = torch::randn({96, 8});
+    targets_ = torch::randint(0, 4, {96}, torch::kLong);
+  }
+  torch::data::Example<> get(std::size_t index) override {
+    const auto i = static_cast<std::int64_t>(index);
+    return {inputs_[i], targets_[i]};
+  }
+  c10::optional<std::size_t> size() const override { return 96; }
+
+ private:
+  at::Tensor inputs_;
+  at::Tensor targets_;
+};
+
+std::map<std::string, std::string> parse(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto equals = arg.find('=');
+    if (equals == std::string::npos) throw torchbus::ConfigError("expected name=value, got " + arg);
+    args[arg.substr(0, equals)] = arg.substr(equals + 1);
+  }
+  return args;
+}
+
+std::int64_t number(const std::map<std::string, std::string>& args, const std::string& name,
+                    std::int64_t fallback) {
+  const auto found = args.find(name);
+  return found == args.end() ? fallback : std::stoll(found->second);
+}
+
+/// This process's rank as the launcher set it, for file names even when joining failed.
+std::string rank_label() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return value;
+  }
+  return "0";
+}
+
+void train(const std::map<std::string, std::string>& args, const std::string& out) {
+  const auto group = torchbus::ProcessGroup::from_environment(
+      torchbus::DistributedOptions()
+          .timeout(std::chrono::milliseconds(number(args, "timeout_ms", 20000)))
+          .bucket_bytes(number(args, "bucket_bytes", 600)));
+  const int rank = group->rank();
+  Synthetic dataset;
+  torch::manual_seed(3);
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                              torch::nn::Linear(16, 4));
+  if (rank != 0) {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : model->parameters()) parameter.add_(1.0);  // broadcast must undo this
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torchbus::Trainer trainer(
+      model, optimizer,
+      [](const at::Tensor& output, const at::Tensor& target) {
+        return torch::nn::functional::cross_entropy(output, target);
+      },
+      torchbus::TrainerOptions()
+          .max_epochs(number(args, "epochs", 2))
+          .max_steps(number(args, "steps", -1))
+          .accumulate_grad_batches(number(args, "accumulate", 1))
+          .seed(11));
+  trainer.set_process_group(group);
+
+  int group_starts = 0;
+  trainer.on(torchbus::Event::ProcessGroupStart, [&](torchbus::State&) { ++group_starts; });
+  const auto stop_rank = number(args, "stop_rank", -1);
+  const auto stop_step = number(args, "stop_step", -1);
+  const auto throw_rank = number(args, "throw_rank", -1);
+  const auto throw_step = number(args, "throw_step", -1);
+  const auto save_step = number(args, "save_step", -1);
+  trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
+    if (state.rank == stop_rank && state.step == stop_step) state.request_stop("test stop");
+    if (state.rank == throw_rank && state.step == throw_step) {
+      throw std::runtime_error("injected failure at step " + std::to_string(state.step));
+    }
+    if (state.rank == 0 && state.step == save_step) trainer.save_checkpoint(args.at("save"));
+  });
+  if (args.count("resume")) trainer.resume_from(args.at("resume"));
+
+  auto loader = torch::data::make_data_loader(
+      dataset.map(torch::data::transforms::Stack<>()),
+      torchbus::DistributedSampler(96, group.get()),
+      torch::data::DataLoaderOptions(static_cast<std::size_t>(number(args, "batch", 8))));
+  trainer.fit(*loader);
+
+  const auto prefix = out + "/rank" + std::to_string(rank);
+  std::ofstream(prefix + ".txt") << "step=" << trainer.state().step << "\n"
+                                 << "all_reduces=" << group->gradient_all_reduces() << "\n"
+                                 << "group_starts=" << group_starts << "\n"
+                                 << "stop_reason=" << trainer.state().stop_reason() << "\n";
+  torch::save(model->parameters(), prefix + ".params");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out = ".";
+  try {
+    const auto args = parse(argc, argv);
+    out = args.count("out") ? args.at("out") : out;
+    train(args, out);
+    return 0;
+  } catch (const std::exception& error) {
+    std::ofstream(out + "/rank" + rank_label() + ".error") << error.what() << "\n";
+    std::cerr << "rank " << rank_label() << ": " << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,182 @@
+// Two ranks on loopback, started both ways users start them (torchrun's variables, mpirun),
+// against one process: same parameters, one all-reduce per bucket and step, agreed stops, a
+// failing rank reported instead of hanging, exact resume, and bad launch environments.
+
+#include "launch.hpp"
+
+#include <torch/torch.h>
+#include <boost/test/unit_test.hpp>
+#include <support/scratch.hpp>
+
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kWorker = TORCHBUS_DISTRIBUTED_WORKER;
+
+std::vector<at::Tensor> load_parameters(const fs::path& path) {
+  std::vector<at::Tensor> parameters;
+  torch::load(parameters, path.string());
+  return parameters;
+}
+
+bool all_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double tol) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!torch::allclose(a[i], b[i], /*rtol=*/0, /*atol=*/tol)) return false;
+  }
+  return true;
+}
+
+bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+/// One process with batch 16 against two ranks with batch 8 each, started by `launch`.
+template <typename LaunchTwo>
+void check_two_ranks_match_one_process(std::int64_t accumulate, LaunchTwo launch_two) {
+  TempDir single("distributed");
+  TempDir pair("distributed");
+  const auto k = "accumulate=" + std::to_string(accumulate);
+  const auto one =
+      run_torchrun_style(kWorker, {"out=" + single.path.string(), "batch=16", k}, 1, free_port());
+  BOOST_REQUIRE_EQUAL(one.exit_codes, std::vector<int>{0});
+  const auto two = launch_two({"out=" + pair.path.string(), "batch=8", k});
+  BOOST_REQUIRE_MESSAGE(
+      two.exit_codes == std::vector<int>(two.exit_codes.size(), 0),
+      read_text(pair.path / "rank0.error") + read_text(pair.path / "rank1.error"));
+
+  const auto reference = load_parameters(single.path / "rank0.params");
+  const auto rank0 = load_parameters(pair.path / "rank0.params");
+  const auto rank1 = load_parameters(pair.path / "rank1.params");
+  BOOST_TEST(all_equal(rank0, rank1));  // the ranks never diverge
+  BOOST_TEST(all_close(rank0, reference, 1e-5));
+
+  // 96 samples: 6 batches of 16 (or 6 of 8 per rank) per epoch, 2 epochs, k batches per step.
+  const auto steps = 2 * ((6 + accumulate - 1) / accumulate);
+  const auto results = read_results(pair.path / "rank0.txt");
+  BOOST_TEST(std::stoll(results.at("step")) == steps);
+  // Buckets of at most 600 bytes: [512 + 64] and [256 + 16] bytes of gradients.
+  BOOST_TEST(std::stoll(results.at("all_reduces")) == 2 * steps);
+  BOOST_TEST(results.at("group_starts") == "1");
+}
+
+auto torchrun_pair() {
+  return [](const std::vector<std::string>& args) {
+    return run_torchrun_style(kWorker, args, 2, free_port());
+  };
+}
+
+auto mpirun_pair() {
+  return [](const std::vector<std::string>& args) {
+    return run_mpirun(kWorker, args, 2, free_port());
+  };
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(multi_process)
+
+BOOST_AUTO_TEST_CASE(two_torchrun_ranks_match_one_process_with_twice_the_batch) {
+  check_two_ranks_match_one_process(1, torchrun_pair());
+  check_two_ranks_match_one_process(3, torchrun_pair());
+}
+
+BOOST_AUTO_TEST_CASE(two_mpirun_ranks_match_one_process_with_twice_the_batch) {
+  check_two_ranks_match_one_process(1, mpirun_pair());
+  check_two_ranks_match_one_process(3, mpirun_pair());
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_stops_both_at_the_same_step) {
+  TempDir out("distributed");
+  const auto launch = run_torchrun_style(
+      kWorker, {"out=" + out.path.string(), "stop_rank=1", "stop_step=3"}, 2, free_port());
+  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
+  const auto rank0 = read_results(out.path / "rank0.txt");
+  const auto rank1 = read_results(out.path / "rank1.txt");
+  BOOST_TEST(rank0.at("step") == "3");
+  BOOST_TEST(rank1.at("step") == "3");
+  BOOST_TEST(rank0.at("stop_reason") == "rank 1 requested a stop");
+  BOOST_TEST(rank1.at("stop_reason") == "test stop");
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_rank_makes_the_other_exit_with_a_clear_error) {
+  for (const int failing : {0, 1}) {
+    TempDir out("distributed");
+    const auto launch =
+        run_torchrun_style(kWorker,
+                           {"out=" + out.path.string(), "timeout_ms=10000",
+                            "throw_rank=" + std::to_string(failing), "throw_step=2"},
+                           2, free_port());
+    BOOST_TEST(launch.exit_codes == (std::vector<int>{1, 1}));
+    BOOST_TEST(launch.seconds < 10.0);  // a lost peer is noticed, not waited out
+    const auto other = read_text(out.path / ("rank" + std::to_string(1 - failing) + ".error"));
+    BOOST_TEST_INFO("other rank's error: " << other);
+    BOOST_TEST(other.find("rank " + std::to_string(1 - failing) + ": ") == 0);
+    if (failing == 1) {
+      // Rank 0 hosts the store, so it can read why rank 1 failed.
+      BOOST_TEST(other.find("rank 1 failed: injected failure at step 2") != std::string::npos);
+    }
+    BOOST_TEST(read_text(out.path / ("rank" + std::to_string(failing) + ".error"))
+                   .find("injected failure at step 2") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_rank_0_resumes_on_two_ranks_exactly) {
+  TempDir uninterrupted("distributed");
+  TempDir first("distributed");
+  TempDir resumed("distributed");
+  const auto checkpoint = (first.path / "step4.tbckpt").string();
+  auto launch = run_torchrun_style(kWorker, {"out=" + uninterrupted.path.string(), "steps=9"}, 2,
+                                   free_port());
+  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
+  launch = run_torchrun_style(
+      kWorker, {"out=" + first.path.string(), "steps=4", "save_step=4", "save=" + checkpoint}, 2,
+      free_port());
+  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
+  launch = run_torchrun_style(
+      kWorker, {"out=" + resumed.path.string(), "steps=9", "resume=" + checkpoint}, 2, free_port());
+  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
+  const auto expected = load_parameters(uninterrupted.path / "rank0.params");
+  BOOST_TEST(all_equal(load_parameters(resumed.path / "rank0.params"), expected));
+  BOOST_TEST(all_equal(load_parameters(resumed.path / "rank1.params"), expected));
+  BOOST_TEST(read_results(resumed.path / "rank1.txt").at("step") == "9");
+}
+
+BOOST_AUTO_TEST_CASE(world_size_without_rank_is_a_clear_error) {
+  TempDir out("distributed");
+  const auto start = std::chrono::steady_clock::now();
+  const auto launch = wait_all({spawn({kWorker, "out=" + out.path.string()},
+                                      {{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}})},
+                               start);
+  BOOST_TEST(launch.exit_codes == std::vector<int>{1});
+  BOOST_TEST(read_text(out.path / "rank0.error").find("WORLD_SIZE is set but RANK is not") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(an_unreachable_store_or_a_missing_rank_fails_within_the_timeout) {
+  TempDir out("distributed");
+  const auto port = free_port();
+  // Rank 1 alone: nobody hosts the store at MASTER_ADDR:MASTER_PORT.
+  auto launch =
+      run_torchrun_style(kWorker, {"out=" + out.path.string(), "timeout_ms=2000"}, 2, port, {1});
+  BOOST_TEST(launch.exit_codes == std::vector<int>{1});
+  BOOST_TEST(launch.seconds < 15.0);
+  BOOST_TEST(read_text(out.path / "rank1.error")
+                 .find("rank 1 could not reach the rendezvous store at 127.0.0.1:" +
+                       std::to_string(port)) != std::string::npos);
+  // Rank 0 alone: rank 1 never arrives.
+  launch = run_torchrun_style(kWorker, {"out=" + out.path.string(), "timeout_ms=2000"}, 2,
+                              free_port(), {0});
+  BOOST_TEST(launch.exit_codes == std::vector<int>{1});
+  BOOST_TEST(launch.seconds < 15.0);
+  BOOST_TEST(read_text(out.path / "rank0.error").find("rank(s) 1 of 2 did not arrive") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
