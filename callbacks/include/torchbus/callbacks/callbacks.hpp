@@ -12,6 +12,7 @@
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
+#include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/callbacks/timer.hpp>
 #include <torchbus/torchbus.hpp>

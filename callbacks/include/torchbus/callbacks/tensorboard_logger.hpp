@@ -1,0 +1,127 @@
+#pragma once
+
+/// \file
+/// TensorBoardLogger: scalars, histograms, the learning rate, epoch times and metrics in
+/// TensorBoard event files, written on a background thread.
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torchbus/callback.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+class EventFileWriter;
+struct SummaryValue;
+
+/// Where and what a TensorBoardLogger writes, e.g.
+/// `TensorBoardLoggerOptions("runs/exp1").step_freq(10).tensors_to_log({"loss", "output"})`.
+struct TensorBoardLoggerOptions {
+  /// Writes event files into the directory `log_dir`.
+  /* implicit */ TensorBoardLoggerOptions(
+      std::string log_dir);  // NOLINT(google-explicit-constructor)
+
+  /// The run directory of the event files (created at ActionStart if missing).
+  TORCH_ARG(std::string, log_dir);
+  /// Write scalars at every StepEnd where `state.step % step_freq == 0` (>= 1).
+  TORCH_ARG(std::int64_t, step_freq) = 50;
+  /// Tensors of the tensor store to write as `train/<name>`: one-element tensors as scalars (every
+  /// `step_freq` steps), others as histograms (every `histogram_freq` steps). May be empty.
+  TORCH_ARG(std::vector<std::string>, tensors_to_log) = std::vector<std::string>{"loss"};
+  /// Write histograms at every StepEnd where `state.step % histogram_freq == 0` (>= 1).
+  TORCH_ARG(std::int64_t, histogram_freq) = 50;
+  /// Equal-width buckets of a histogram between the tensor's min and max (>= 1).
+  TORCH_ARG(int, histogram_buckets) = 30;
+  /// Write the learning rate of the optimizer's first parameter group as `train/lr`.
+  TORCH_ARG(bool, log_lr) = true;
+  /// Write `epoch/time_s` and `epoch/completed` at each EpochEnd.
+  TORCH_ARG(bool, log_epoch) = true;
+  /// Write the new points of the metric history as `metrics/<name>` at EvalEnd and EpochEnd.
+  TORCH_ARG(bool, log_metrics) = true;
+  /// The metrics written; empty: every metric except `train_loss` (per step: `train/loss`).
+  TORCH_ARG(std::vector<std::string>, metrics_to_log) = {};
+  /// Events waiting for the writer thread at most (>= 1); the training thread waits when full.
+  TORCH_ARG(std::int64_t, queue_capacity) = 1024;
+
+ public:
+  /// Throws ConfigError naming the first option that is out of range.
+  void validate() const;
+};
+
+/// Writes a TensorBoard event file per action into `log_dir` (open it with
+/// `tensorboard --logdir DIR`): `train/<tensor>` scalars and histograms and `train/lr` at StepEnd,
+/// `epoch/time_s` and `epoch/completed` at EpochEnd, `metrics/<name>` for every metric point
+/// recorded (at EvalEnd and EpochEnd, each at its own step). Reads tensors (a host sync) only at
+/// the steps it writes; encoding and writing run on a background thread, flushed at ActionEnd and
+/// on Exception. Rank 0 only by default. See docs/builtin-callbacks-loggers.md.
+class TensorBoardLogger : public Callback {
+ public:
+  /// Default priority: after metric producers (-100), with the other loggers.
+  static constexpr int kDefaultPriority = 100;
+
+  /// A logger called `name`; throws ConfigError for invalid options.
+  explicit TensorBoardLogger(TensorBoardLoggerOptions options,
+                             std::string name = "tensorboard_logger");
+  /// Closes an event file an action left open (errors are logged).
+  ~TensorBoardLogger() override;
+  TensorBoardLogger(const TensorBoardLogger&) = delete;
+  TensorBoardLogger& operator=(const TensorBoardLogger&) = delete;
+
+  /// The options it was built with.
+  const TensorBoardLoggerOptions& options() const noexcept { return options_; }
+  /// The event file of the current or the last action (empty before the first).
+  const std::string& file() const noexcept { return file_; }
+
+  /// Creates `log_dir` and a new event file; throws ConfigError naming the directory when it
+  /// cannot.
+  void on_action_start(State& state) override;
+  /// Starts the epoch's clock; the action's first also takes the point it starts (or resumes)
+  /// from: the step, and the metric points already written.
+  void on_epoch_start(State& state) override;
+  /// In a step that will be written: keeps the batch's tensors of `tensors_to_log` for StepEnd.
+  void on_batch_end(State& state) override;
+  /// Writes the tensors and the learning rate when the step is due.
+  void on_step_end(State& state) override;
+  /// When the action starts with an evaluation: takes the point it starts from.
+  void on_eval_start(State& state) override;
+  /// Writes the metric points recorded since the last write.
+  void on_eval_end(State& state) override;
+  /// Writes the epoch's time and count, and the new metric points.
+  void on_epoch_end(State& state) override;
+  /// Writes what is queued and closes the file; throws an error of the writer thread.
+  void on_action_end(State& state) override;
+  /// Writes what is queued; an error of the writer thread is logged.
+  void on_exception(State& state) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void begin(State& state);
+  void add_tensor(std::vector<SummaryValue>& values, std::size_t index, const at::Tensor* tensor,
+                  bool scalars, bool histograms, const State& state);
+  void add_lr(std::vector<SummaryValue>& values, const State& state);
+  void write_new_metrics(State& state);
+  void write(std::int64_t step, std::vector<SummaryValue> values);
+  bool due(std::int64_t step) const noexcept;
+  bool wanted_metric(const std::string& name) const;
+  std::string who() const;
+
+  TensorBoardLoggerOptions options_;
+  std::unique_ptr<EventFileWriter> writer_;
+  std::string file_;
+  std::vector<std::string> tags_;     // "train/<name>" per tensors_to_log entry
+  std::vector<at::Tensor> captured_;  // per tensors_to_log entry: kept at BatchEnd
+  std::vector<bool> warned_;          // per tensors_to_log entry: a problem was reported
+  bool warned_lr_ = false;            // the learning rate could not be read (reported once)
+  bool begun_ = false;                // the action's first EpochStart or EvalStart was seen
+  std::map<std::string, std::size_t> written_;  // metric -> points already written
+  Clock::time_point epoch_start_;
+};
+
+}  // namespace torchbus
