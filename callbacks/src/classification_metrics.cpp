@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
+#include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
 
@@ -74,6 +75,11 @@ void ClassificationMetrics::on_eval_batch_end(State& state) {
 }
 
 void ClassificationMetrics::on_eval_end(State& state) {
+  if (state.process_group && state.process_group->world_size() > 1) {
+    // Each rank counted its shard: every rank reports the counts of all of them.
+    if (!matrix_.defined() && classes_ > 0) matrix_ = at::zeros({classes_ * classes_}, at::kLong);
+    if (matrix_.defined()) state.process_group->all_reduce(matrix_);
+  }
   if (!matrix_.defined()) return;                                   // every batch was cancelled
   const auto matrix = matrix_.reshape({classes_, classes_}).cpu();  // the one sync
   matrix_.reset();

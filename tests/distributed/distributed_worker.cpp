@@ -1,5 +1,6 @@
 // One rank of the distributed tests: joins the process group from the launcher's environment,
-// trains a small MLP on its DistributedSampler shard and writes what the test compares into
+// trains a small MLP on its DistributedSampler shard (validating with ClassificationMetrics) and
+// writes what the test compares into
 // OUT/rank<r>.txt and OUT/rank<r>.params (or OUT/rank<r>.error when it fails).
 //
 // Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
@@ -7,6 +8,7 @@
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from).
 
 #include <torch/torch.h>
+#include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <cstdlib>
@@ -87,6 +89,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
           .accumulate_grad_batches(number(args, "accumulate", 1))
           .seed(11));
   trainer.set_process_group(group);
+  trainer.add(std::make_shared<torchbus::ClassificationMetrics>());
 
   int group_starts = 0;
   trainer.on(torchbus::Event::ProcessGroupStart, [&](torchbus::State&) { ++group_starts; });
@@ -108,13 +111,24 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
       dataset.map(torch::data::transforms::Stack<>()),
       torchbus::DistributedSampler(96, group.get()),
       torch::data::DataLoaderOptions(static_cast<std::size_t>(number(args, "batch", 8))));
-  trainer.fit(*loader);
+  // Validation on the same samples, each rank its unshuffled shard.
+  auto validation = torch::data::make_data_loader(
+      Synthetic().map(torch::data::transforms::Stack<>()),
+      torchbus::DistributedSampler(96, group.get(), /*shuffle=*/false),
+      torch::data::DataLoaderOptions(16));
+  trainer.fit(*loader, *validation);
 
+  const auto metric = [&](const std::string& name) {
+    const auto& metrics = trainer.state().metrics;
+    return metrics.contains(name) ? std::to_string(metrics.latest(name).value) : "none";
+  };
   const auto prefix = out + "/rank" + std::to_string(rank);
   std::ofstream(prefix + ".txt") << "step=" << trainer.state().step << "\n"
                                  << "all_reduces=" << group->gradient_all_reduces() << "\n"
                                  << "group_starts=" << group_starts << "\n"
-                                 << "stop_reason=" << trainer.state().stop_reason() << "\n";
+                                 << "stop_reason=" << trainer.state().stop_reason() << "\n"
+                                 << "val_loss=" << metric("val_loss") << "\n"
+                                 << "val_accuracy=" << metric("val_accuracy") << "\n";
   torch::save(model->parameters(), prefix + ".params");
 }
 

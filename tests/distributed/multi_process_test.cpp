@@ -64,6 +64,13 @@ void check_two_ranks_match_one_process(std::int64_t accumulate, LaunchTwo launch
   // Buckets of at most 600 bytes: [512 + 64] and [256 + 16] bytes of gradients.
   BOOST_TEST(std::stoll(results.at("all_reduces")) == 2 * steps);
   BOOST_TEST(results.at("group_starts") == "1");
+  // Evaluation metrics cover every rank's shard: the same as one process evaluating everything.
+  const auto reference_results = read_results(single.path / "rank0.txt");
+  BOOST_TEST(std::stod(results.at("val_loss")) == std::stod(reference_results.at("val_loss")),
+             boost::test_tools::tolerance(1e-4));
+  BOOST_TEST(results.at("val_accuracy") == reference_results.at("val_accuracy"));
+  BOOST_TEST(read_results(pair.path / "rank1.txt").at("val_accuracy") ==
+             results.at("val_accuracy"));
 }
 
 auto torchrun_pair() {
