@@ -11,6 +11,7 @@
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
+#include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
