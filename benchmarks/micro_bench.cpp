@@ -9,6 +9,8 @@
 // (detach, metric history, tensor store), which is what the loop benchmark's "none" variant pays
 // over the hand-written loop.
 //
+// BM_EmitObserved/<n> is BM_Emit with a DispatchObserver installed (the Profiler's cost per call).
+//
 // Every benchmark reports allocs_per_iter: heap allocations (global operator new) per iteration,
 // which must be 0 for an emission (docs/performance.md).
 
@@ -144,6 +146,42 @@ void BM_FunctionVector(benchmark::State& bench) {
   bench.counters["subscribers"] = static_cast<double>(subscribers);
 }
 BENCHMARK(BM_FunctionVector)->Arg(0)->Arg(1)->Arg(8)->Arg(32);
+
+/// A DispatchObserver that only sums the reported times.
+class SummingObserver : public torchbus::DispatchObserver {
+ public:
+  std::int64_t calls = 0;
+  std::int64_t nanoseconds = 0;
+  void on_dispatch(const torchbus::DispatchTiming& timing) noexcept override {
+    ++calls;
+    nanoseconds += timing.nanoseconds;
+  }
+};
+
+/// BM_Emit with a DispatchObserver installed: what observing (e.g. the Profiler) adds per
+/// subscriber call, two steady_clock reads and one virtual call.
+void BM_EmitObserved(benchmark::State& bench) {
+  const auto subscribers = bench.range(0);
+  EventBus bus;
+  State state;
+  SummingObserver observer;
+  for (std::int64_t i = 0; i < subscribers; ++i) {
+    bus.on(Event::StepEnd, [](State& s) { ++s.eval_batch; });
+  }
+  bus.set_observer(&observer);
+  const auto allocations_before = allocations();
+  for (auto _ : bench) {
+    benchmark::DoNotOptimize(&state);
+    bus.emit(Event::StepEnd, state);
+    benchmark::ClobberMemory();
+  }
+  report_allocations(bench, allocations_before);
+  if (observer.calls != static_cast<std::int64_t>(bench.iterations()) * subscribers) {
+    bench.SkipWithError("calls were not all observed");
+  }
+  bench.counters["subscribers"] = static_cast<double>(subscribers);
+}
+BENCHMARK(BM_EmitObserved)->Arg(1)->Arg(8)->Arg(32);
 
 // ---- class callbacks: every built-in event is emitted once per iteration
 // --------------------------

@@ -8,6 +8,8 @@
 #include <torchbus/logging.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 
 namespace torchbus {
 namespace detail {
@@ -55,14 +57,93 @@ using Signal = signals2::signal_type<void(State&), signals2::keywords::combiner_
 
 }  // namespace
 
-struct Channels {
-  bool guarded = false;
-  std::vector<std::unique_ptr<Signal>> signals;  // built-in events first, then custom events
-  std::vector<std::string> custom_names;
-
-  void add_signal() { signals.push_back(std::make_unique<Signal>(Dispatch{&guarded})); }
+/// Who a subscriber id stands for, for `EventBus::subscriber_label`.
+struct SubscriberInfo {
+  const Callback* callback = nullptr;  // a class callback, or nullptr for a plain subscription
+  int priority = 0;
 };
 
+struct Channels {
+  bool guarded = false;
+  DispatchObserver* observer = nullptr;
+  std::uint32_t depth = 0;                       // observed subscriber calls in progress
+  std::vector<std::unique_ptr<Signal>> signals;  // built-in events first, then custom events
+  std::vector<std::string> custom_names;
+  std::vector<SubscriberInfo> subscribers;  // by SubscriberId
+
+  void add_signal() { signals.push_back(std::make_unique<Signal>(Dispatch{&guarded})); }
+  SubscriberId add_subscriber(const Callback* callback, int priority) {
+    subscribers.push_back({callback, priority});
+    return subscribers.size() - 1;
+  }
+};
+
+namespace {
+
+/// Reports an observed call that started at `start` to the observer installed now, if any.
+void report(Channels& channels, std::size_t channel, SubscriberId id,
+            std::chrono::steady_clock::time_point start) noexcept {
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  --channels.depth;
+  if (auto* observer = channels.observer) {
+    observer->on_dispatch(DispatchTiming{
+        channel, id, std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(),
+        channels.depth});
+  }
+}
+
+/// Runs `call` timed, reporting it also when it throws.
+template <typename Call>
+void run_observed(Channels& channels, std::size_t channel, SubscriberId id, Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  ++channels.depth;
+  try {
+    call();
+  } catch (...) {
+    report(channels, channel, id, start);
+    throw;
+  }
+  report(channels, channel, id, start);
+}
+
+/// Runs one subscriber call; with no observer installed this adds one branch to the call.
+template <typename Call>
+void observed(Channels& channels, std::size_t channel, SubscriberId id, Call&& call) {
+  if (channels.observer == nullptr) {
+    call();
+  } else {
+    run_observed(channels, channel, id, std::forward<Call>(call));
+  }
+}
+
+/// A plain subscription as stored in its Signals2 slot.
+struct PlainSlot {
+  EventBus::Slot slot;
+  Channels* channels;
+  std::size_t channel;
+  SubscriberId id;
+
+  void operator()(State& state) {
+    observed(*channels, channel, id, [&] { slot(state); });
+  }
+};
+
+/// A subscription behind a filter, as stored in its Signals2 slot; only the calls the filter lets
+/// through are observed.
+struct FilteredSlot {
+  Filter filter;
+  EventBus::Slot slot;
+  std::optional<Event> event;  // empty for custom events
+  Channels* channels;
+  std::size_t channel;
+  SubscriberId id;
+
+  void operator()(State& state) {
+    if (filter.passes(event, state)) observed(*channels, channel, id, [&] { slot(state); });
+  }
+};
+
+}  // namespace
 }  // namespace detail
 
 EventBus::EventBus()
@@ -81,9 +162,12 @@ boost::signals2::connection connect_slot(detail::Signal& signal, int priority,
 }
 }  // namespace
 
-Connection EventBus::connect(std::size_t channel, const Slot& slot, int priority) {
+Connection EventBus::connect(std::size_t channel, Slot slot, int priority) {
   TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
-  auto connection = connect_slot(*channels_->signals[channel], priority, slot);
+  auto& channels = *channels_;
+  const auto id = channels.add_subscriber(nullptr, priority);
+  auto connection = connect_slot(*channels.signals[channel], priority,
+                                 detail::PlainSlot{std::move(slot), &channels, channel, id});
   ++(*live_)[channel];
   return Connection(std::move(connection), live_, channel);
 }
@@ -92,11 +176,13 @@ Connection EventBus::connect(std::size_t channel, std::optional<Event> event, Fi
                              Slot slot, int priority) {
   if (filter.passes_everything()) return connect(channel, std::move(slot), priority);
   TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
-  Slot filtered = [filter = std::move(filter), slot = std::move(slot),
-                   event](State& state) mutable {
-    if (filter.passes(event, state)) slot(state);
-  };
-  return connect(channel, std::move(filtered), priority);
+  auto& channels = *channels_;
+  const auto id = channels.add_subscriber(nullptr, priority);
+  auto connection = connect_slot(
+      *channels.signals[channel], priority,
+      detail::FilteredSlot{std::move(filter), std::move(slot), event, &channels, channel, id});
+  ++(*live_)[channel];
+  return Connection(std::move(connection), live_, channel);
 }
 
 Connection EventBus::on(Event event, Slot slot, int priority) {
@@ -147,16 +233,19 @@ CallbackConnection EventBus::add(std::shared_ptr<Callback> callback) {
                  "must be unique (give one a name through Callback(name))");
   const auto hooks = overridden_hooks(*callback);
   std::vector<Connection> connections;
-  auto& signals = channels_->signals;
+  auto* channels = channels_.get();
   const int priority = callback->priority();
-#define TORCHBUS_CONNECT_HOOK(Name, name)                                                       \
-  if (hooks.test(index_of(Event::Name))) {                                                      \
-    auto connection = connect_slot(*signals[index_of(Event::Name)], priority,                   \
-                                   [target = callback.get()](State& state) {                    \
-                                     if (target->runs_on(state.rank)) target->on_##name(state); \
-                                   });                                                          \
-    ++(*live_)[index_of(Event::Name)];                                                          \
-    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));              \
+  const auto id = channels->add_subscriber(callback.get(), priority);
+#define TORCHBUS_CONNECT_HOOK(Name, name)                                                   \
+  if (hooks.test(index_of(Event::Name))) {                                                  \
+    auto connection = connect_slot(*channels->signals[index_of(Event::Name)], priority,     \
+                                   [target = callback.get(), channels, id](State& state) {  \
+                                     if (!target->runs_on(state.rank)) return;              \
+                                     detail::observed(*channels, index_of(Event::Name), id, \
+                                                      [&] { target->on_##name(state); });   \
+                                   });                                                      \
+    ++(*live_)[index_of(Event::Name)];                                                      \
+    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));          \
   }
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_CONNECT_HOOK)
 #undef TORCHBUS_CONNECT_HOOK
@@ -240,6 +329,39 @@ void EventBus::emit_guarded(Event event, State& state) {
 
 std::size_t EventBus::subscriber_count(CustomEvent event) const {
   return event.id < live_->custom.size() ? live_->custom[event.id] : 0;
+}
+
+void EventBus::set_observer(DispatchObserver* observer) {
+  auto& installed = channels_->observer;
+  TORCHBUS_CHECK(observer == nullptr || installed == nullptr || installed == observer, ConfigError,
+                 "this bus already has a dispatch observer (one per bus); remove it with "
+                 "set_observer(nullptr) before installing another");
+  installed = observer;
+}
+
+DispatchObserver* EventBus::observer() const noexcept {
+  return channels_->observer;
+}
+
+std::string EventBus::subscriber_label(SubscriberId id) const {
+  const auto& subscribers = channels_->subscribers;
+  TORCHBUS_CHECK(id < subscribers.size(), ConfigError, "no subscriber has id ", id,
+                 " on this bus (it has given out ", subscribers.size(), " ids)");
+  const auto& info = subscribers[id];
+  if (info.callback != nullptr) return info.callback->name();
+  return detail::concat("subscriber #", id, " (priority ", info.priority, ")");
+}
+
+SubscriberId EventBus::next_subscriber_id() const noexcept {
+  return channels_->subscribers.size();
+}
+
+std::string_view EventBus::channel_name(std::size_t channel) const {
+  if (channel < kEventCount) return to_string(static_cast<Event>(channel));
+  const auto& names = channels_->custom_names;
+  TORCHBUS_CHECK(channel - kEventCount < names.size(), ConfigError, "channel ", channel,
+                 " is neither a built-in event nor a registered custom event");
+  return names[channel - kEventCount];
 }
 
 Callback* EventBus::find_callback(std::string_view name) const noexcept {

@@ -2,7 +2,9 @@
 #include <support/errors.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace torchbus;
@@ -19,6 +21,35 @@ std::string error_message(Action&& action) {
   }
   return "";
 }
+
+/// Keeps every dispatch report, with the labels the bus gives.
+class RecordingObserver : public DispatchObserver {
+ public:
+  explicit RecordingObserver(const EventBus& bus) : bus_(bus) {}
+  std::vector<DispatchTiming> timings;
+
+  void on_dispatch(const DispatchTiming& timing) noexcept override { timings.push_back(timing); }
+  /// "<event>:<subscriber label>" of every report, in order.
+  std::vector<std::string> calls() const {
+    std::vector<std::string> out;
+    for (const auto& timing : timings) {
+      out.push_back(std::string(bus_.channel_name(timing.channel)) + ":" +
+                    bus_.subscriber_label(timing.subscriber));
+    }
+    return out;
+  }
+
+ private:
+  const EventBus& bus_;
+};
+
+class StepEndCallback : public Callback {
+ public:
+  StepEndCallback() : Callback("csv_logger") {}
+  int calls = 0;
+  void on_step_end(State&) override { ++calls; }
+  void on_epoch_end(State&) override { ++calls; }
+};
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(bus)
@@ -267,6 +298,126 @@ BOOST_AUTO_TEST_CASE(emit_by_builtin_name) {
   bus.emit(Event::StepEnd, state);
   bus.emit("StepEnd", state);
   BOOST_TEST(calls == 2);
+}
+
+BOOST_AUTO_TEST_CASE(observer_sees_each_subscriber_with_its_label_once_per_emission) {
+  EventBus bus;
+  State state;
+  RecordingObserver observer(bus);
+  const auto first_id = bus.next_subscriber_id();
+  bus.on(
+      Event::StepEnd, [](State&) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }, 5);
+  bus.add(std::make_shared<StepEndCallback>());
+  bus.on(Event::StepEnd, every(2), [](State&) {});
+  const auto custom = bus.register_event("batch_verified");
+  bus.on(custom, [](State&) {});
+  BOOST_TEST(bus.next_subscriber_id() == first_id + 4);
+  BOOST_TEST(bus.observer() == nullptr);
+  bus.set_observer(&observer);
+  BOOST_TEST(bus.observer() == &observer);
+  for (int i = 0; i < 2; ++i) {
+    ++state.step;
+    bus.emit(Event::StepEnd, state);
+  }
+  bus.emit(Event::EpochEnd, state);
+  bus.emit(custom, state);
+  // The every(2) subscriber ran (and is reported) at step 2 only.
+  const std::vector<std::string> expected{
+      "StepEnd:csv_logger",
+      "StepEnd:subscriber #0 (priority 5)",
+      "StepEnd:csv_logger",
+      "StepEnd:subscriber #2 (priority 0)",
+      "StepEnd:subscriber #0 (priority 5)",
+      "EpochEnd:csv_logger",
+      "batch_verified:subscriber #3 (priority 0)",
+  };
+  BOOST_TEST(observer.calls() == expected, boost::test_tools::per_element());
+  // Both hooks of the callback share its id; the sleeping subscriber took at least 2 ms.
+  BOOST_TEST(observer.timings[0].subscriber == observer.timings[5].subscriber);
+  BOOST_TEST(observer.timings[1].nanoseconds >= 2'000'000);
+  for (const auto& timing : observer.timings) {
+    BOOST_TEST(timing.nanoseconds >= 0);
+    BOOST_TEST(timing.depth == 0u);
+  }
+  BOOST_TEST(bus.channel_name(index_of(Event::StepEnd)) == "StepEnd");
+  BOOST_TEST(contains(error_message([&] { bus.subscriber_label(99); }), "no subscriber has id 99"));
+  BOOST_TEST(contains(error_message([&] { bus.channel_name(kEventCount + 5); }), "channel"));
+}
+
+BOOST_AUTO_TEST_CASE(a_throwing_slot_is_still_timed_and_its_error_propagates_as_before) {
+  EventBus bus;
+  State state;
+  RecordingObserver observer(bus);
+  bus.set_observer(&observer);
+  int later = 0;
+  bus.on(Event::BatchEnd, [](State&) { throw DataError("bad batch"); });
+  bus.on(Event::BatchEnd, [&](State&) { ++later; });
+  BOOST_CHECK_THROW(bus.emit(Event::BatchEnd, state), DataError);
+  BOOST_TEST(later == 0);
+  BOOST_TEST(observer.calls() == std::vector<std::string>{"BatchEnd:subscriber #0 (priority 0)"},
+             boost::test_tools::per_element());
+
+  // StopTraining ends only its slot: the other runs, both are timed, then it is rethrown.
+  observer.timings.clear();
+  bus.on(Event::EpochEnd, [](State&) { throw StopTraining("patience exhausted"); });
+  bus.on(Event::EpochEnd, [&](State&) { ++later; });
+  BOOST_CHECK_THROW(bus.emit(Event::EpochEnd, state), StopTraining);
+  BOOST_TEST(later == 1);
+  BOOST_TEST(observer.timings.size() == 2u);
+
+  // Guarded: every slot runs and is timed, the error is logged.
+  observer.timings.clear();
+  bus.on(Event::Exception, [](State&) { throw std::runtime_error("broken handler"); });
+  bus.on(Event::Exception, [&](State&) { ++later; });
+  BOOST_CHECK_NO_THROW(bus.emit_guarded(Event::Exception, state));
+  BOOST_TEST(later == 2);
+  BOOST_TEST(observer.timings.size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(nested_emissions_are_reported_first_one_level_deeper) {
+  EventBus bus;
+  State state;
+  RecordingObserver observer(bus);
+  const auto inner = bus.register_event("inner");
+  bus.on(inner, [](State&) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+  bus.on(Event::StepEnd, [&](State& s) { bus.emit(inner, s); });
+  bus.set_observer(&observer);
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST_REQUIRE(
+      observer.calls() == (std::vector<std::string>{"inner:subscriber #0 (priority 0)",
+                                                    "StepEnd:subscriber #1 (priority 0)"}),
+      boost::test_tools::per_element());
+  BOOST_TEST(observer.timings[0].depth == 1u);
+  BOOST_TEST(observer.timings[1].depth == 0u);
+  // The outer time includes the inner one.
+  BOOST_TEST(observer.timings[1].nanoseconds >= observer.timings[0].nanoseconds);
+}
+
+BOOST_AUTO_TEST_CASE(removing_the_observer_stops_reports_and_one_observer_per_bus) {
+  EventBus bus;
+  State state;
+  RecordingObserver observer(bus);
+  RecordingObserver other(bus);
+  int calls = 0;
+  Connection removed;
+  bus.on(Event::StepEnd, [&](State&) {
+    ++calls;
+    removed.disconnect();  // disconnecting during an observed emission still works
+  });
+  removed = bus.on(Event::StepEnd, [&](State&) { ++calls; });
+  bus.set_observer(&observer);
+  bus.set_observer(&observer);  // the same one again: no change
+  BOOST_TEST(contains(error_message([&] { bus.set_observer(&other); }), "already has a dispatch"));
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(observer.timings.size() == 1u);
+  bus.set_observer(nullptr);
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(observer.timings.size() == 1u);
+  bus.set_observer(&other);
+  bus.emit(Event::StepEnd, state);
+  BOOST_TEST(other.timings.size() == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

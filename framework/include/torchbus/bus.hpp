@@ -39,6 +39,30 @@ struct CustomEvent {
   std::size_t id = 0;  ///< position among the bus's custom events
 };
 
+/// Identifies a subscriber of a bus in dispatch reports: every hook of a class callback shares the
+/// callback's id; every other subscription has its own. Ids count up from 0 and are never reused.
+using SubscriberId = std::uint64_t;
+
+/// One subscriber call, as reported to a DispatchObserver.
+struct DispatchTiming {
+  /// The event: `index_of(event)` for a built-in one, `kEventCount + CustomEvent::id` for a custom
+  /// one (`EventBus::channel_name` gives its name).
+  std::size_t channel = 0;
+  SubscriberId subscriber = 0;   ///< who ran (`EventBus::subscriber_label` gives a readable name)
+  std::int64_t nanoseconds = 0;  ///< steady_clock time of the call, nested emissions included
+  std::uint32_t depth = 0;  ///< 0 for a call from the loop, n + 1 inside an observed depth-n call
+};
+
+/// Receives the duration of every subscriber call of a bus: install one with
+/// `EventBus::set_observer`. Without an observer the bus reads no clock.
+class DispatchObserver {
+ public:
+  virtual ~DispatchObserver() = default;
+  /// Called after each subscriber call, also when it threw (the exception then propagates as
+  /// usual). Calls nested inside it are reported before it. Must not throw.
+  virtual void on_dispatch(const DispatchTiming& timing) noexcept = 0;
+};
+
 /// Publishes events to subscribers ordered by priority (lower first), then registration order.
 /// Not thread-safe: connect, disconnect and emit from the thread that runs the loop.
 class EventBus {
@@ -103,10 +127,23 @@ class EventBus {
   /// The callback called `name`, or nullptr.
   Callback* find_callback(std::string_view name) const noexcept;
 
+  /// Installs `observer` (not owned; nullptr removes it), which then gets the time of every
+  /// subscriber call. One per bus: throws ConfigError when another one is installed.
+  void set_observer(DispatchObserver* observer);
+  /// The installed observer, or nullptr.
+  DispatchObserver* observer() const noexcept;
+  /// Readable name of a subscriber: a class callback's name, else "subscriber #<id> (priority p)".
+  std::string subscriber_label(SubscriberId id) const;
+  /// The id the next subscription (or class callback) will get.
+  SubscriberId next_subscriber_id() const noexcept;
+  /// Name of a channel of DispatchTiming: the built-in event's name (e.g. "StepEnd") or the custom
+  /// event's.
+  std::string_view channel_name(std::size_t channel) const;
+
  private:
   Connection connect(std::size_t channel, std::optional<Event> event, Filter filter, Slot slot,
                      int priority);
-  Connection connect(std::size_t channel, const Slot& slot, int priority);
+  Connection connect(std::size_t channel, Slot slot, int priority);
   void dispatch(std::size_t channel, State& state);
   std::size_t channel_of(std::string_view name) const;
 

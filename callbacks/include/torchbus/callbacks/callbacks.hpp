@@ -10,6 +10,7 @@
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
