@@ -52,6 +52,9 @@ struct Flags {
   bool checkpoints = true;
   bool resume = false;
   bool csv = true;
+  bool tensorboard = true;
+  bool report = true;
+  bool profile = false;
   bool progress = true;
   std::string scheduler = "none";
   std::int64_t early_stopping = 0;
@@ -133,6 +136,14 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_flag("--resume", flags.resume,
                "continue from the newest valid checkpoint in OUT/checkpoints");
   app.add_flag("--csv,!--no-csv", flags.csv, "CsvLogger: write OUT/metrics.csv (on)");
+  app.add_flag("--tensorboard,!--no-tensorboard", flags.tensorboard,
+               "TensorBoardLogger: write event files to OUT/tensorboard (on); view them with "
+               "`tensorboard --logdir OUT/tensorboard`");
+  app.add_flag("--report,!--no-report", flags.report,
+               "RunReport: write OUT/report.html, charts of every metric and the options (on)");
+  app.add_flag("--profile", flags.profile,
+               "Profiler: time every callback and the loop's phases; a table in the log and the "
+               "report (off)");
   app.add_option("--scheduler", flags.scheduler,
                  "LearningRateScheduler: none | cosine (10% warmup, to 0) | onecycle | step "
                  "(x0.1 every third of the run) | plateau (x0.1 after 2 epochs without a better "
@@ -201,7 +212,6 @@ std::shared_ptr<torchbus::LearningRateScheduler> make_scheduler(const std::strin
 /// The callbacks that change what the run does, as the flags ask.
 void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
                             std::int64_t batches_per_epoch) {
-  if (flags.terminate_on_nan) trainer.add(std::make_shared<torchbus::TerminateOnNaN>());
   if (flags.time_limit > 0) {
     trainer.add(
         std::make_shared<torchbus::Timer>(torchbus::TimerOptions().time_limit(flags.time_limit)));
@@ -218,6 +228,24 @@ void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
   TORCHBUS_CHECK(flags.scheduler != "plateau" || flags.val_every > 0, torchbus::ConfigError,
                  "--scheduler plateau watches val_loss: it needs --val-every > 0");
   if (auto scheduler = make_scheduler(flags.scheduler, total_steps)) trainer.add(scheduler);
+}
+
+/// The run's options, for summary.json and the report.
+train::JsonObject describe_run(const Flags& flags) {
+  train::JsonObject options;
+  options.add("data", flags.data)
+      .add("model", flags.model)
+      .add("epochs", flags.epochs)
+      .add("max_steps", flags.max_steps)
+      .add("batch_size", flags.batch_size)
+      .add("accumulate", flags.accumulate)
+      .add("lr", flags.lr)
+      .add("optimizer", flags.optimizer)
+      .add("scheduler", flags.scheduler)
+      .add("seed", static_cast<std::int64_t>(flags.seed))
+      .add("val_every", flags.val_every)
+      .add("threads", static_cast<std::int64_t>(flags.threads));
+  return options;
 }
 
 /// Sends the torchbus log to the console and to `directory`/train.log (continued on --resume).
@@ -273,17 +301,24 @@ int run(const Flags& flags) {
   trainer.add(std::make_shared<train::Accuracy>());
   add_steering_callbacks(trainer, flags,
                          (data.train_inputs.size(0) + flags.batch_size - 1) / flags.batch_size);
-  trainer.add(std::make_shared<torchbus::SimpleLogger>(
-      torchbus::SimpleLoggerOptions().step_freq(flags.log_every)));
-  if (flags.csv) {
-    trainer.add(std::make_shared<torchbus::CsvLogger>(
-        torchbus::CsvLoggerOptions((out / "metrics.csv").string())
-            .step_freq(flags.log_every)
-            .append(flags.resume)));
-  }
-  if (flags.progress) {
-    trainer.add(std::make_shared<torchbus::ProgressBar>(
-        torchbus::ProgressBarOptions().metrics_to_show({"val_loss", "val_accuracy"})));
+  const auto outputs =
+      torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
+                                                   .run_dir(out.string())
+                                                   .log_every(flags.log_every)
+                                                   .terminate_on_nan(flags.terminate_on_nan)
+                                                   .csv(flags.csv)
+                                                   .tensorboard(flags.tensorboard)
+                                                   .report(flags.report)
+                                                   .profiler(flags.profile)
+                                                   .progress_bar(flags.progress)
+                                                   .append(flags.resume)
+                                                   .metrics_to_show({"val_loss", "val_accuracy"})
+                                                   .title("torchbus-train: " + flags.data));
+  const auto run_options = describe_run(flags);
+  if (outputs.run_report) {
+    for (const auto& [key, value] : run_options.text_members()) {
+      outputs.run_report->add_option(key, value);
+    }
   }
   if (flags.checkpoints) {
     trainer.add(std::make_shared<torchbus::ModelCheckpoint>(
@@ -321,20 +356,8 @@ int run(const Flags& flags) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const auto& state = trainer.state();
-  train::JsonObject options_json;
-  options_json.add("data", flags.data)
-      .add("model", flags.model)
-      .add("epochs", flags.epochs)
-      .add("max_steps", flags.max_steps)
-      .add("batch_size", flags.batch_size)
-      .add("accumulate", flags.accumulate)
-      .add("lr", flags.lr)
-      .add("optimizer", flags.optimizer)
-      .add("seed", static_cast<std::int64_t>(flags.seed))
-      .add("val_every", flags.val_every)
-      .add("threads", static_cast<std::int64_t>(flags.threads));
   train::JsonObject summary;
-  summary.add("options", options_json)
+  summary.add("options", run_options)
       .add("steps", state.step)
       .add("epochs", state.epoch)
       .add("final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch"))

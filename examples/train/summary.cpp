@@ -41,35 +41,43 @@ std::string quoted(const std::string& text) {
 
 }  // namespace
 
-JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
-  members_.emplace_back(key, quoted(value));
+JsonObject& JsonObject::add_member(const std::string& key, std::string json, std::string text) {
+  members_.push_back({key, std::move(json), std::move(text)});
   return *this;
+}
+
+JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
+  return add_member(key, quoted(value), value);
 }
 
 JsonObject& JsonObject::add(const std::string& key, double value) {
   std::ostringstream out;
   out.precision(17);
   out << value;
-  members_.emplace_back(key, std::isfinite(value) ? out.str() : "null");
-  return *this;
+  const auto json = std::isfinite(value) ? out.str() : "null";
+  return add_member(key, json, json);
 }
 
 JsonObject& JsonObject::add(const std::string& key, std::int64_t value) {
-  members_.emplace_back(key, std::to_string(value));
-  return *this;
+  return add_member(key, std::to_string(value), std::to_string(value));
 }
 
 JsonObject& JsonObject::add(const std::string& key, const JsonObject& value) {
-  members_.emplace_back(key, value.str());
-  return *this;
+  return add_member(key, value.str(), value.str());
 }
 
 std::string JsonObject::str() const {
   std::string out = "{";
   for (std::size_t i = 0; i < members_.size(); ++i) {
-    out += (i == 0 ? "" : ", ") + quoted(members_[i].first) + ": " + members_[i].second;
+    out += (i == 0 ? "" : ", ") + quoted(members_[i].key) + ": " + members_[i].json;
   }
   return out + "}";
+}
+
+std::vector<std::pair<std::string, std::string>> JsonObject::text_members() const {
+  std::vector<std::pair<std::string, std::string>> texts;
+  for (const auto& member : members_) texts.emplace_back(member.key, member.text);
+  return texts;
 }
 
 std::string parameters_sha256(const torch::nn::Module& module) {

@@ -24,9 +24,18 @@ class JsonObject {
   JsonObject& add(const std::string& key, const JsonObject& value);
   /// The object as JSON text.
   std::string str() const;
+  /// Each member's key and value as plain text (strings without quotes), e.g. for a report.
+  std::vector<std::pair<std::string, std::string>> text_members() const;
 
  private:
-  std::vector<std::pair<std::string, std::string>> members_;  // key, encoded value
+  struct Member {
+    std::string key;
+    std::string json;  // the encoded value
+    std::string text;  // the value as plain text
+  };
+  JsonObject& add_member(const std::string& key, std::string json, std::string text);
+
+  std::vector<Member> members_;
 };
 
 /// SHA-256 over every parameter and buffer of `module` (names, shapes, dtypes and bytes), in

@@ -3,6 +3,8 @@
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 #include <support/scratch.hpp>
+#include <support/tfrecord_reader.hpp>
+#include <support/xml_check.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -148,9 +150,42 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(json_string(summary, "params_sha256").size() == 64u);
   const auto log = read_file(out / "train.log");
   BOOST_TEST(has(log, "epoch 3 ended"));
+  // TensorBoard: one event file whose records all pass their CRC checks (read_events throws
+  // otherwise), with the loss every 50 steps and the validation accuracy per epoch.
+  const auto tensorboard = torchbus::testing::event_files(out / "tensorboard");
+  BOOST_TEST_REQUIRE(tensorboard.size() == 1u);
+  const auto events = torchbus::testing::read_events(tensorboard.front());
+  BOOST_TEST(torchbus::testing::scalars_of(events, "train/loss").size() == 7u);  // 50, ..., 350
+  BOOST_TEST(torchbus::testing::scalars_of(events, "metrics/val_accuracy").size() == 3u);
+  // The report: well-formed, a chart per metric, the run's options.
+  const auto report = read_file(out / "report.html");
+  BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  for (const auto* metric : {"train_loss", "val_loss", "val_accuracy", "lr"}) {
+    BOOST_TEST(has(report, std::string("data-metric=\"") + metric + "\""), metric);
+  }
+  BOOST_TEST(has(report, "batch_size"));
+  BOOST_TEST(has(report, "finished"));
   for (const auto& entry : fs::directory_iterator(out)) {
     BOOST_TEST(entry.path().filename().string().find(".tmp") == std::string::npos);
   }
+}
+
+BOOST_AUTO_TEST_CASE(output_switches_and_the_profiler) {
+  const auto out = scratch("train_test", "switches");
+  const auto result = run_train(
+      "--epochs 1 --max-steps 20 --no-tensorboard --no-csv --profile --out " + out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(!fs::exists(out / "tensorboard"));
+  BOOST_TEST(!fs::exists(out / "metrics.csv"));
+  const auto report = read_file(out / "report.html");
+  BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  BOOST_TEST(has(report, "Profile"));  // the profiler's table, of this run
+  BOOST_TEST(has(report, "forward"));
+  BOOST_TEST(has(read_file(out / "train.log"), "forward"));
+  const auto without = scratch("train_test", "no_report");
+  BOOST_TEST_REQUIRE(
+      run_train("--epochs 1 --max-steps 5 --no-report --out " + without.string()).status == 0);
+  BOOST_TEST(!fs::exists(without / "report.html"));
 }
 
 BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {

@@ -6,6 +6,7 @@
 #include <torchbus/callbacks/all_predictions_same.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
+#include <torchbus/callbacks/default_callbacks.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
