@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/all_predictions_same.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -62,9 +63,7 @@ void AllPredictionsSame::save_state(torch::serialize::OutputArchive& archive) co
 }
 
 void AllPredictionsSame::load_state(torch::serialize::InputArchive& archive) {
-  c10::IValue value;
-  archive.read("detections", value);
-  detections_ = value.toInt();
+  detections_ = read_value(archive, "detections").toInt();
 }
 
 }  // namespace torchbus

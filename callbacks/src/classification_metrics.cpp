@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
@@ -145,16 +146,13 @@ void ClassificationMetrics::save_state(torch::serialize::OutputArchive& archive)
 }
 
 void ClassificationMetrics::load_state(torch::serialize::InputArchive& archive) {
-  c10::IValue value;
-  archive.read("num_classes", value);
-  const auto classes = value.toInt();
+  const auto classes = read_value(archive, "num_classes").toInt();
   TORCHBUS_CHECK(options_.num_classes() == 0 || classes == options_.num_classes(), ConfigError,
                  "ClassificationMetrics: the saved state is for ", classes,
                  " classes; this callback was configured for ", options_.num_classes());
   classes_ = classes;
-  archive.read("has_confusion_matrix", value);
   last_.reset();
-  if (value.toBool()) {
+  if (read_value(archive, "has_confusion_matrix").toBool()) {
     at::Tensor matrix;
     archive.read("confusion_matrix", matrix);
     last_ = matrix;

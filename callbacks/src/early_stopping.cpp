@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -102,15 +103,10 @@ void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
-  const auto read = [&archive](const char* key) {
-    c10::IValue value;
-    archive.read(key, value);
-    return value;
-  };
   monitor_.load_state(archive);
-  best_step_ = read("best_step").toInt();
-  best_epoch_ = read("best_epoch").toInt();
-  stopped_epoch_ = read("stopped_epoch").toInt();
+  best_step_ = read_value(archive, "best_step").toInt();
+  best_epoch_ = read_value(archive, "best_epoch").toInt();
+  stopped_epoch_ = read_value(archive, "stopped_epoch").toInt();
 }
 
 }  // namespace torchbus

@@ -2,6 +2,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -310,19 +311,15 @@ void LearningRateScheduler::save_state(torch::serialize::OutputArchive& archive)
 }
 
 void LearningRateScheduler::load_state(torch::serialize::InputArchive& archive) {
-  const auto read = [&archive](const char* key) {
-    c10::IValue value;
-    archive.read(key, value);
-    return value;
-  };
-  t_ = read("t").toInt();
-  base_lrs_ = read("base_lrs").toDoubleVector();
-  lrs_ = read("lrs").toDoubleVector();
+  t_ = read_value(archive, "t").toInt();
+  base_lrs_ = read_value(archive, "base_lrs").toDoubleVector();
+  lrs_ = read_value(archive, "lrs").toDoubleVector();
   monitor_.load_state(archive);
-  cooldown_left_ = read("cooldown_left").toInt();
-  reductions_ = read("reductions").toInt();
+  cooldown_left_ = read_value(archive, "cooldown_left").toInt();
+  reductions_ = read_value(archive, "reductions").toInt();
   if (kind_ == Kind::LibTorch) {
-    step_count(*libtorch_) = static_cast<unsigned>(read("libtorch_step_count").toInt());
+    step_count(*libtorch_) =
+        static_cast<unsigned>(read_value(archive, "libtorch_step_count").toInt());
   }
   pending_apply_ = true;
 }

@@ -1,4 +1,5 @@
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/metric_monitor.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
@@ -58,9 +59,7 @@ void MetricMonitor::save_state(torch::serialize::OutputArchive& archive,
 
 void MetricMonitor::load_state(torch::serialize::InputArchive& archive, const std::string& prefix) {
   const auto read = [&archive, &prefix](const char* key) {
-    c10::IValue value;
-    archive.read(prefix + key, value);
-    return value;
+    return read_value(archive, prefix + key);
   };
   best_ = read("best").toDouble();
   wait_ = read("wait").toInt();

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/timer.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -121,16 +122,11 @@ void Timer::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void Timer::load_state(torch::serialize::InputArchive& archive) {
-  const auto read = [&archive](const char* key) {
-    c10::IValue value;
-    archive.read(key, value);
-    return value;
-  };
-  elapsed_before_ = read("elapsed").toDouble();
+  elapsed_before_ = read_value(archive, "elapsed").toDouble();
   if (in_action_) action_start_ = now();
-  step_time_ema_ = read("step_time_ema").toDouble();
-  samples_ema_ = read("samples_ema").toDouble();
-  steps_timed_ = read("steps_timed").toInt();
+  step_time_ema_ = read_value(archive, "step_time_ema").toDouble();
+  samples_ema_ = read_value(archive, "samples_ema").toDouble();
+  steps_timed_ = read_value(archive, "steps_timed").toInt();
 }
 
 }  // namespace torchbus

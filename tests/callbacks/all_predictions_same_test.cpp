@@ -151,4 +151,16 @@ BOOST_AUTO_TEST_CASE(state_round_trips) {
   BOOST_TEST(restored.name() == "all_predictions_same");
 }
 
+BOOST_AUTO_TEST_CASE(a_state_without_its_entry_is_a_checkpoint_error_naming_it) {
+  torch::serialize::OutputArchive out;
+  out.write("something_else", c10::IValue(std::int64_t{1}));
+  std::stringstream stream;
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  AllPredictionsSame restored;
+  BOOST_TEST(has(message_of<CheckpointError>([&] { restored.load_state(in); }),
+                 "the checkpoint has no entry 'detections'"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

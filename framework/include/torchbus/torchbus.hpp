@@ -3,6 +3,7 @@
 /// \file
 /// Everything torchbus offers, in one include.
 
+#include <torchbus/archive_value.hpp>
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
