@@ -227,14 +227,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) 
 
   // The resumed run restores the counters of the checkpoint before the loggers' ActionStart.
   Run run(TrainerOptions().max_epochs(2));
-  run.trainer.on(
-      Event::ActionStart,
-      [](State& state) {
-        state.step = 4;
-        state.epoch = 1;
-        state.global_batch = 4;
-      },
-      -1000);
+  pretend_resumed(run.trainer, /*step=*/4, /*epoch=*/1, /*global_batch=*/4);
   run.trainer.add(
       std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).append(true)));
   CapturedLog log;

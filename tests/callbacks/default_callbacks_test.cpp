@@ -17,17 +17,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(default_callbacks)
 
 BOOST_AUTO_TEST_CASE(the_default_set_writes_every_file_of_the_run_directory) {

@@ -25,13 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream all;
-  all << in.rdbuf();
-  return all.str();
-}
-
 /// A report file, checked to be well-formed and parsed.
 struct Report {
   std::string text;

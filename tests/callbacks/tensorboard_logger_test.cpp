@@ -232,14 +232,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_marks_the_restart_for_tensorboard) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));
   // A resume restores the counters of the checkpoint (here: end of epoch 0, step 4).
-  run.trainer.on(
-      Event::ActionStart,
-      [](State& state) {
-        state.step = 4;
-        state.epoch = 1;
-        state.global_batch = 4;
-      },
-      -1000);
+  pretend_resumed(run.trainer, /*step=*/4, /*epoch=*/1, /*global_batch=*/4);
   run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1)));
   auto train = make_batches(4, 4);
   run.trainer.fit(train);

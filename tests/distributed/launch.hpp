@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <support/scratch.hpp>
+
 namespace torchbus::testing {
 
 /// How a run of ranks ended.
@@ -104,14 +106,6 @@ inline Launch run_mpirun(const std::string& program, const std::vector<std::stri
   command.insert(command.end(), args.begin(), args.end());
   const auto start = std::chrono::steady_clock::now();
   return wait_all({spawn(command, {})}, start);
-}
-
-/// The text of a file ("" when missing).
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 /// name=value lines of a worker's result file.

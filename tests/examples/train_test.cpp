@@ -20,6 +20,7 @@
 
 namespace fs = std::filesystem;
 using torchbus::testing::has;
+using torchbus::testing::read_text;
 using torchbus::testing::scratch;
 
 namespace {
@@ -46,13 +47,6 @@ Result run_train(const std::string& arguments) {
 int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
                     const std::string& marker);
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
                     const std::string& marker) {
   const pid_t pid = fork();
@@ -64,7 +58,7 @@ int interrupt_train(const std::vector<std::string>& arguments, const fs::path& l
     execv(TORCHBUS_TRAIN_PATH, argv.data());
     _exit(127);
   }
-  for (int i = 0; i < 2000 && read_file(log).find(marker) == std::string::npos; ++i) usleep(5000);
+  for (int i = 0; i < 2000 && read_text(log).find(marker) == std::string::npos; ++i) usleep(5000);
   kill(pid, SIGINT);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -139,7 +133,7 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   const auto out = scratch("train_test", "synthetic");
   const auto result = run_train("--epochs 3 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
-  const auto summary = read_file(out / "summary.json");
+  const auto summary = read_text(out / "summary.json");
   for (const auto* key : {"steps", "epochs", "final_train_loss", "final_val_loss",
                           "final_val_accuracy", "wall_seconds", "samples_per_second"}) {
     BOOST_TEST(!std::isnan(json_number(summary, key)), key);
@@ -148,7 +142,7 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(json_number(summary, "epochs") == 3);
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.5);  // chance is 0.1
   BOOST_TEST(json_string(summary, "params_sha256").size() == 64u);
-  const auto log = read_file(out / "train.log");
+  const auto log = read_text(out / "train.log");
   BOOST_TEST(has(log, "epoch 3 ended"));
   // TensorBoard: one event file whose records all pass their CRC checks (read_events throws
   // otherwise), with the loss every 50 steps and the validation accuracy per epoch.
@@ -158,7 +152,7 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(torchbus::testing::scalars_of(events, "train/loss").size() == 7u);  // 50, ..., 350
   BOOST_TEST(torchbus::testing::scalars_of(events, "metrics/val_accuracy").size() == 3u);
   // The report: well-formed, a chart per metric, the run's options.
-  const auto report = read_file(out / "report.html");
+  const auto report = read_text(out / "report.html");
   BOOST_TEST(torchbus::testing::xml_problem(report) == "");
   for (const auto* metric : {"train_loss", "val_loss", "val_accuracy", "lr"}) {
     BOOST_TEST(has(report, std::string("data-metric=\"") + metric + "\""), metric);
@@ -177,11 +171,11 @@ BOOST_AUTO_TEST_CASE(output_switches_and_the_profiler) {
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   BOOST_TEST(!fs::exists(out / "tensorboard"));
   BOOST_TEST(!fs::exists(out / "metrics.csv"));
-  const auto report = read_file(out / "report.html");
+  const auto report = read_text(out / "report.html");
   BOOST_TEST(torchbus::testing::xml_problem(report) == "");
   BOOST_TEST(has(report, "Profile"));  // the profiler's table, of this run
   BOOST_TEST(has(report, "forward"));
-  BOOST_TEST(has(read_file(out / "train.log"), "forward"));
+  BOOST_TEST(has(read_text(out / "train.log"), "forward"));
   const auto without = scratch("train_test", "no_report");
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 5 --no-report --out " + without.string()).status == 0);
@@ -194,37 +188,37 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
       run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + first.string()).status == 0);
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 40 --accumulate 3 --out " + second.string()).status == 0);
-  const auto a = json_string(read_file(first / "summary.json"), "params_sha256");
-  const auto b = json_string(read_file(second / "summary.json"), "params_sha256");
+  const auto a = json_string(read_text(first / "summary.json"), "params_sha256");
+  const auto b = json_string(read_text(second / "summary.json"), "params_sha256");
   BOOST_TEST(a == b);
   const auto other = scratch("train_test", "seed_c");
   BOOST_TEST_REQUIRE(
       run_train("--epochs 1 --max-steps 40 --seed 7 --out " + other.string()).status == 0);
-  BOOST_TEST(json_string(read_file(other / "summary.json"), "params_sha256") != a);
+  BOOST_TEST(json_string(read_text(other / "summary.json"), "params_sha256") != a);
 }
 
 BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   const auto reference = scratch("train_test", "uninterrupted");
   const std::string common = " --epochs 3 --no-progress --log-every 20 --out ";
   BOOST_TEST_REQUIRE(run_train(common + reference.string()).status == 0);
-  const auto expected = json_string(read_file(reference / "summary.json"), "params_sha256");
+  const auto expected = json_string(read_text(reference / "summary.json"), "params_sha256");
 
   const auto out = scratch("train_test", "interrupted");
   const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
                                            "20",       "--out", out.string()};
   BOOST_TEST(interrupt_train(arguments, out / "train.log", "step 160 ") == 130);
-  const auto interrupted = read_file(out / "summary.json");  // says it did not finish
+  const auto interrupted = read_text(out / "summary.json");  // says it did not finish
   BOOST_TEST(json_string(interrupted, "stop_reason") == "interrupted (SIGINT)");
   BOOST_TEST(json_number(interrupted, "steps") < 384);
   BOOST_TEST(fs::exists(out / "checkpoints" / "last.tbckpt"));
   const auto resumed = run_train(common + out.string() + " --resume");
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
-  BOOST_TEST(has(read_file(out / "train.log"), "resumed from"));
-  const auto summary = read_file(out / "summary.json");
+  BOOST_TEST(has(read_text(out / "train.log"), "resumed from"));
+  const auto summary = read_text(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 384);
   BOOST_TEST(json_string(summary, "params_sha256") == expected);
   // The CSV continues the interrupted run's rows without duplicates.
-  const auto csv = read_file(out / "metrics.csv");
+  const auto csv = read_text(out / "metrics.csv");
   BOOST_TEST(csv.find("step,160,") != std::string::npos);
   BOOST_TEST(csv.find("step,160,") == csv.rfind("step,160,"));
   BOOST_TEST(
@@ -238,9 +232,9 @@ BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {
   const auto result = run_train("--data mnist:" + data.string() +
                                 " --epochs 2 --batch-size 20 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
-  const auto summary = read_file(out / "summary.json");
+  const auto summary = read_text(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 20);
-  BOOST_TEST(has(read_file(out / "train.log"), "MNIST from"));
+  BOOST_TEST(has(read_text(out / "train.log"), "MNIST from"));
 }
 
 BOOST_AUTO_TEST_CASE(tiny_csv_file_with_a_named_label) {
@@ -250,7 +244,7 @@ BOOST_AUTO_TEST_CASE(tiny_csv_file_with_a_named_label) {
       run_train("--data csv:" + csv.string() +
                 ":class --epochs 20 --batch-size 16 --lr 0.01 --out " + out.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
-  const auto summary = read_file(out / "summary.json");
+  const auto summary = read_text(out / "summary.json");
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.8);
 }
 

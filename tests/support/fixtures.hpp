@@ -67,6 +67,20 @@ struct Run {
       : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
 };
 
+/// Starts the trainer's next actions with the counters a resume from a checkpoint at `step`,
+/// `epoch` and `global_batch` restores, set before any other ActionStart subscriber runs.
+inline Connection pretend_resumed(Trainer& trainer, std::int64_t step, std::int64_t epoch,
+                                  std::int64_t global_batch) {
+  return trainer.on(
+      Event::ActionStart,
+      [=](State& state) {
+        state.step = step;
+        state.epoch = epoch;
+        state.global_batch = global_batch;
+      },
+      -1000);
+}
+
 /// Copies a callback's state into `to` through a serialized archive.
 template <typename CallbackType>
 void round_trip(const CallbackType& from, CallbackType& to) {

@@ -1,10 +1,13 @@
 #pragma once
 
-// Test support: fresh scratch directories under the system's temporary directory.
+// Test support: fresh scratch directories under the system's temporary directory, and reading
+// back what was written there.
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -40,5 +43,13 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+/// The whole content of the file at `path` ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace torchbus::testing
