@@ -3,23 +3,32 @@
 // Variants, each on its own copy of the model (same initial weights) over the same batches:
 //   hand     (a) zero_grad, forward, cross_entropy, backward, step — what users write today
 //   none     (b) Trainer with no subscribers
-//   typical  (c) Trainer with a StepEnd lambda, a class callback (on_batch_end + on_step_end), an
-//                every(50) StepEnd "logger" that reads the loss with item(), and the metric
-//                history the Trainer records itself
-//   logging  (e) typical + a StepEnd subscriber that reads the loss with item() every step and
-//                appends a CSV line to a file, flushed per line (stand-in for the CSV logger)
+//   typical  (c) Trainer with the built-in SimpleLogger (every 50 steps) and TerminateOnNaN, a
+//                StepEnd lambda, a class callback (on_batch_end + on_step_end), and the metric
+//                history the Trainer records itself; no progress bar
+//   logging  (e) typical + the built-in CsvLogger and TensorBoardLogger, both every step (scalars
+//                loss and lr; no histograms), writing into a temporary directory
 //   python   (d) the hand loop in Python PyTorch, run by benchmarks/python_loop.py --serve in a
 //                child process that this program drives, so that it is interleaved too
 // Models: mlp32 = 32-64-10 with batch 32, mlp784 = 784-256-10 with batch 64; SGD lr 0.01.
+// The `torchbus` spdlog logger (SimpleLogger's lines) writes to a file in the temporary directory.
 //
 // Each round runs every variant once for the same number of steps (the order rotates between
 // rounds); the reported time is the median over rounds of the time per optimizer step. With one
 // thread the clock is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID; Python: time.thread_time),
-// which ignores time the process spends descheduled by other load on the machine; with more
-// threads, or with --clock wall, it is wall-clock time. Both are printed in the table.
+// which ignores time the process spends descheduled by other load on the machine (and the CPU time
+// of TensorBoardLogger's background writer thread); with more threads, or with --clock wall, it is
+// wall-clock time. Both are printed in the table.
 // Output: a table, then name=value lines (see docs/performance.md).
 
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <torchbus/callbacks/csv_logger.hpp>
+#include <torchbus/callbacks/simple_logger.hpp>
+#include <torchbus/callbacks/tensorboard_logger.hpp>
+#include <torchbus/callbacks/terminate_on_nan.hpp>
+#include <torchbus/logging.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <dlfcn.h>
@@ -71,7 +80,7 @@ struct Options {
   std::vector<std::string> variants = {"hand", "none", "typical", "logging", "python"};
   std::string python_script;  // empty: no python variant
   std::string python_exe = "/usr/bin/python3";
-  std::string csv_path;  // empty: a file in the temp directory
+  std::string log_dir;  // empty: a new directory in the temp directory, removed at the end
 };
 
 [[noreturn]] void usage(const char* program, int status) {
@@ -89,7 +98,8 @@ struct Options {
       << "  --variants LIST    subset of hand,none,typical,logging,python (e.g. for callgrind)\n"
       << "  --python SCRIPT    also run variant (d): SCRIPT is benchmarks/python_loop.py\n"
       << "  --python-exe EXE   interpreter with torch (default /usr/bin/python3)\n"
-      << "  --csv PATH         file written by the logging variant (default: temp dir)\n";
+      << "  --log-dir DIR      where the loggers write (CSV, event files, torchbus.log; default:\n"
+      << "                     a new directory in the temp directory, removed at the end)\n";
   std::exit(status);
 }
 
@@ -166,8 +176,8 @@ Options parse(int argc, char** argv) {
       options.python_script = value();
     } else if (arg == "--python-exe") {
       options.python_exe = value();
-    } else if (arg == "--csv") {
-      options.csv_path = value();
+    } else if (arg == "--log-dir") {
+      options.log_dir = value();
     } else if (arg == "--help" || arg == "-h") {
       usage(argv[0], 0);
     } else {
@@ -252,11 +262,14 @@ at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {
 class Variant {
  public:
   virtual ~Variant() = default;
+  /// Untimed set-up before each run (e.g. removing the previous run's CSV file).
+  virtual void prepare() {}
   virtual std::int64_t run() = 0;
   /// The weights, to check that the C++ variants do the same arithmetic (empty when not known).
   virtual std::vector<at::Tensor> parameters() { return {}; }
-  /// Whether the variant's subscribers ran as expected (checked after the last round).
-  virtual bool subscribers_ran() const { return true; }
+  /// Whether the variant's subscribers ran as expected (checked after the last round); empty when
+  /// they did, else what is wrong.
+  virtual std::string subscribers_problem() const { return {}; }
 };
 
 /// (a) The hand-written loop.
@@ -309,49 +322,89 @@ class CountingCallback final : public torchbus::Callback {
 
 enum class Subscribers { None, Typical, Logging };
 
+namespace fs = std::filesystem;
+
+/// Lines of a text file (0 when it cannot be read).
+std::int64_t count_lines(const fs::path& path) {
+  std::ifstream in(path);
+  std::int64_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  return lines;
+}
+
 /// (b), (c), (e): the Trainer with a given set of subscribers. One Trainer per variant, reused
 /// by every round (fit resets the counters and the metric history).
 class TrainerLoop final : public Variant {
  public:
+  /// The logging variant writes into `log_dir`/<model>-logging.csv and `log_dir`/tb-<model>/.
   TrainerLoop(const ModelSpec& spec, std::vector<Batch>& batches, Subscribers subscribers,
-              const std::string& csv_path)
+              const fs::path& log_dir)
       : model_(make_model(spec)),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
         batches_(batches),
-        trainer_(model_, optimizer_, cross_entropy,
-                 torchbus::TrainerOptions()
-                     .max_epochs(spec.epochs)
-                     .use_registered_subscriptions(false)) {
+        trainer_(
+            model_, optimizer_, cross_entropy,
+            torchbus::TrainerOptions().max_epochs(spec.epochs).use_registered_subscriptions(false)),
+        epochs_(spec.epochs) {
     if (subscribers == Subscribers::None) return;
     // A lambda on StepEnd.
     trainer_.on(Event::StepEnd, [this](State& state) { step_sum_ += state.step; });
     // A class callback overriding two hooks.
     callback_ = std::make_shared<CountingCallback>();
     trainer_.add(callback_);
-    // The logger stand-in: every 50 steps, read the loss (a host sync at that frequency).
-    trainer_.on(Event::StepEnd, torchbus::every(50),
-                [this](State& state) { logged_loss_ += state.tensors.get("loss").item<double>(); });
+    // The built-ins of a typical run: a log line every 50 steps (loss, lr, step time) and the
+    // check of every batch's loss for NaN or infinity.
+    trainer_.add(
+        std::make_shared<torchbus::SimpleLogger>(torchbus::SimpleLoggerOptions().step_freq(50)));
+    terminate_on_nan_ = std::make_shared<torchbus::TerminateOnNaN>();
+    trainer_.add(terminate_on_nan_);
     if (subscribers == Subscribers::Typical) return;
-    // Logging every step: item() each step, one CSV line per step, flushed.
-    csv_.open(csv_path, std::ios::out | std::ios::trunc);
-    if (!csv_) throw std::runtime_error("cannot write " + csv_path);
-    csv_ << "epoch,step,loss\n";
-    trainer_.on(Event::StepEnd, [this](State& state) {
-      const double loss = state.tensors.get("loss").item<double>();
-      csv_ << state.epoch << ',' << state.step << ',' << loss << '\n';
-      csv_.flush();
-    });
+    // Logging every step: a CSV row (flushed) and a TensorBoard event (loss and lr scalars,
+    // written by the logger's background thread). "loss" is a scalar, so no histograms.
+    csv_path_ = log_dir / (spec.name + "-logging.csv");
+    trainer_.add(std::make_shared<torchbus::CsvLogger>(
+        torchbus::CsvLoggerOptions(csv_path_.string()).step_freq(1)));
+    tensorboard_ = std::make_shared<torchbus::TensorBoardLogger>(
+        torchbus::TensorBoardLoggerOptions((log_dir / ("tb-" + spec.name)).string()).step_freq(1));
+    trainer_.add(tensorboard_);
   }
 
+  void prepare() override {
+    // Each round writes a new CSV file, as a new run would: after its first action a CsvLogger
+    // continues its file, and would re-read the rows of every earlier round in each fit.
+    if (!csv_path_.empty()) {
+      std::error_code ignored;
+      fs::remove(csv_path_, ignored);
+    }
+  }
   std::int64_t run() override {
     trainer_.fit(batches_);
     return trainer_.state().step;
   }
   std::vector<at::Tensor> parameters() override { return model_->parameters(); }
-  bool subscribers_ran() const override {
-    if (!callback_) return true;
-    const bool logged = !csv_.is_open() || csv_.tellp() > 0;
-    return step_sum_ > 0 && callback_->batches_with_output() > 0 && logged_loss_ != 0.0 && logged;
+  std::string subscribers_problem() const override {
+    if (!callback_) return {};
+    if (step_sum_ <= 0) return "the StepEnd lambda did not run";
+    if (callback_->batches_with_output() <= 0) return "the class callback saw no \"output\"";
+    if (terminate_on_nan_->triggered()) return terminate_on_nan_->reason();
+    if (!csv_path_.empty()) {
+      // Header, one row per step, one per epoch.
+      const std::int64_t expected = 1 + epochs_ * (kBatchesPerEpoch + 1);
+      const std::int64_t lines = count_lines(csv_path_);
+      if (lines != expected) {
+        return "CsvLogger wrote " + std::to_string(lines) + " lines to " + csv_path_.string() +
+               ", expected " + std::to_string(expected);
+      }
+      std::error_code error;
+      const auto size = fs::file_size(tensorboard_->file(), error);
+      // Every step's event (two scalars) takes ~66 bytes.
+      const auto minimum = static_cast<std::uintmax_t>(60 * epochs_ * kBatchesPerEpoch);
+      if (error || size < minimum) {
+        return "TensorBoardLogger's event file " + tensorboard_->file() + " has " +
+               (error ? error.message() : std::to_string(size) + " bytes");
+      }
+    }
+    return {};
   }
 
  private:
@@ -359,10 +412,12 @@ class TrainerLoop final : public Variant {
   torch::optim::SGD optimizer_;
   std::vector<Batch>& batches_;
   torchbus::Trainer trainer_;
+  int epochs_;
   std::shared_ptr<CountingCallback> callback_;
-  mutable std::ofstream csv_;  // tellp() is not const
+  std::shared_ptr<torchbus::TerminateOnNaN> terminate_on_nan_;
+  std::shared_ptr<torchbus::TensorBoardLogger> tensorboard_;
+  fs::path csv_path_;  // empty: no CsvLogger
   std::int64_t step_sum_ = 0;
-  double logged_loss_ = 0.0;
 };
 
 // ---- the Python variant
@@ -449,8 +504,8 @@ const std::vector<std::string> kVariants = {"hand", "none", "typical", "logging"
 std::string describe(const std::string& variant) {
   if (variant == "hand") return "(a) hand-written LibTorch loop";
   if (variant == "none") return "(b) Trainer, no subscribers";
-  if (variant == "typical") return "(c) Trainer, typical subscribers";
-  if (variant == "logging") return "(e) (c) + item() + CSV line every step";
+  if (variant == "typical") return "(c) Trainer + typical built-ins";
+  if (variant == "logging") return "(e) (c) + CSV + TensorBoard every step";
   return "(d) Python PyTorch hand loop";
 }
 
@@ -473,13 +528,45 @@ std::string fixed(double value, int digits) {
 
 }  // namespace
 
-/// Removes a file when it goes out of scope.
-struct RemoveFile {
-  std::string path;
-  ~RemoveFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
+/// The directory the loggers write into, and the `torchbus` logger sent to a file in it (so that
+/// SimpleLogger's lines do not go to the terminal). A directory it created is removed at the end.
+class LogDirectory {
+ public:
+  explicit LogDirectory(const std::string& requested) {
+    if (requested.empty()) {
+      path_ = fs::temp_directory_path() / ("torchbus_loop_bench_" + std::to_string(getpid()));
+      owned_ = true;
+    } else {
+      path_ = requested;
+    }
+    fs::create_directories(path_);
+    auto sink =
+        std::make_shared<spdlog::sinks::basic_file_sink_mt>((path_ / "torchbus.log").string(),
+                                                            /*truncate=*/true);
+    auto& sinks = torchbus::logger()->sinks();
+    sinks.clear();
+    sinks.push_back(std::move(sink));
   }
+  ~LogDirectory() {
+    torchbus::logger()->flush();
+    torchbus::logger()->sinks().clear();
+    if (!owned_) return;
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  LogDirectory(const LogDirectory&) = delete;
+  LogDirectory& operator=(const LogDirectory&) = delete;
+
+  const fs::path& path() const noexcept { return path_; }
+  /// Lines the `torchbus` logger wrote so far.
+  std::int64_t log_lines() const {
+    torchbus::logger()->flush();
+    return count_lines(path_ / "torchbus.log");
+  }
+
+ private:
+  fs::path path_;
+  bool owned_ = false;
 };
 
 int run(const Options& options) {
@@ -492,12 +579,7 @@ int run(const Options& options) {
     if (model == "mlp32") specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32});
     if (model == "mlp784") specs.push_back({"mlp784", 784, 256, 10, 64, options.epochs_mlp784});
   }
-  const std::string csv_path = options.csv_path.empty()
-                                   ? (std::filesystem::temp_directory_path() /
-                                      ("torchbus_loop_bench_" + std::to_string(getpid()) + ".csv"))
-                                         .string()
-                                   : options.csv_path;
-  const RemoveFile remove_csv{csv_path};
+  const LogDirectory log_dir(options.log_dir);
 
   std::unique_ptr<PythonServer> python;
   const auto wanted = [&](const std::string& variant) {
@@ -530,11 +612,12 @@ int run(const Options& options) {
     auto batches = make_batches(spec);
     std::map<std::string, std::unique_ptr<Variant>> variants;
     variants["hand"] = std::make_unique<HandLoop>(spec, batches);
-    variants["none"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::None, csv_path);
+    variants["none"] =
+        std::make_unique<TrainerLoop>(spec, batches, Subscribers::None, log_dir.path());
     variants["typical"] =
-        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical, csv_path);
+        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical, log_dir.path());
     variants["logging"] =
-        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging, csv_path);
+        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging, log_dir.path());
     std::vector<std::string> order;
     for (const auto* name : {"hand", "none", "typical", "logging"}) {
       if (wanted(name)) order.emplace_back(name);
@@ -559,6 +642,7 @@ int run(const Options& options) {
         if (name == "python") {
           timing = python->run(spec.name, spec.epochs);
         } else {
+          variants[name]->prepare();
           const double wall = wall_seconds();
           const double cpu = thread_cpu_seconds();
           timing.steps = variants[name]->run();
@@ -573,10 +657,17 @@ int run(const Options& options) {
       }
       if (round + 1 == options.rounds) {
         for (const auto& [name, variant] : variants) {
-          if (wanted(name) && !variant->subscribers_ran()) {
-            std::cerr << "loop_bench: the subscribers of variant '" << name << "' did not run\n";
+          if (!wanted(name)) continue;
+          if (const auto problem = variant->subscribers_problem(); !problem.empty()) {
+            std::cerr << "loop_bench: the subscribers of variant '" << name
+                      << "' did not run as expected: " << problem << '\n';
             return 1;
           }
+        }
+        if ((wanted("typical") || wanted("logging")) && log_dir.log_lines() == 0) {
+          std::cerr << "loop_bench: SimpleLogger wrote nothing to "
+                    << (log_dir.path() / "torchbus.log").string() << '\n';
+          return 1;
         }
       }
       if (round == -options.warmup_rounds &&
