@@ -192,6 +192,12 @@ std::string describe_errno(int error) {
   return error != 0 ? std::strerror(error) : "unknown error";
 }
 
+/// How long queued events may wait for the writer thread when nobody wakes it: producers wake it
+/// only when the queue is half full (and flush and close always do), so that queueing an event
+/// costs the training thread no system call (waking a sleeping thread is a futex call, and an
+/// inter-processor interrupt when it sleeps on another core).
+constexpr std::chrono::milliseconds kWriteInterval{100};
+
 /// An event waiting in the queue.
 struct QueuedEvent {
   enum class Kind : std::uint8_t { FileVersion, Summary, SessionStart };
@@ -217,6 +223,7 @@ struct EventFileWriter::Impl {
   bool writing = false;   // the thread holds an event it took from the queue
   bool stopping = false;  // close() asked the thread to finish
   bool closed = false;
+  bool wake = false;          // write now: the queue is half full, or flush asked
   std::string error;          // the first write error (empty: none)
   bool error_thrown = false;  // `error` was thrown once by flush or close
   std::thread thread;
@@ -296,6 +303,9 @@ void EventFileWriter::Impl::push(QueuedEvent queued) {
     throw Error(error);
   }
   queue.push_back(std::move(queued));
+  // Wake the thread only when the queue fills up; otherwise it writes within kWriteInterval.
+  if (queue.size() < std::max<std::size_t>(1, capacity / 2) || wake) return;
+  wake = true;
   lock.unlock();
   work.notify_one();
 }
@@ -303,6 +313,8 @@ void EventFileWriter::Impl::push(QueuedEvent queued) {
 void EventFileWriter::flush() {
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (impl_->closed) return;
+  impl_->wake = true;  // write what is queued now, not at the next interval
+  impl_->work.notify_one();
   impl_->space.wait(lock, [&] { return impl_->queue.empty() && !impl_->writing; });
   // The thread is idle and cannot take an event while the lock is held: the file is ours.
   if (impl_->error.empty() && std::fflush(impl_->file) != 0) {
@@ -332,8 +344,14 @@ void EventFileWriter::close() {
 void EventFileWriter::Impl::run() {
   std::unique_lock<std::mutex> lock(mutex);
   for (;;) {
-    work.wait(lock, [&] { return !queue.empty() || stopping; });
-    if (queue.empty()) return;  // stopping, and everything is written
+    if (queue.empty()) {
+      if (stopping) return;  // everything is written
+      // Sleep until woken (queue half full, flush, close) or kWriteInterval has passed; then
+      // write everything queued.
+      work.wait_for(lock, kWriteInterval, [&] { return wake || stopping; });
+      wake = false;
+      continue;
+    }
     const QueuedEvent queued = std::move(queue.front());
     queue.pop_front();
     writing = true;

@@ -7,6 +7,8 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
 
+#include "host_scalar.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -179,6 +181,7 @@ void TensorBoardLogger::on_step_end(State& state) {
   const bool scalars = state.step % options_.step_freq() == 0;
   const bool histograms = state.step % options_.histogram_freq() == 0;
   std::vector<SummaryValue> values;
+  values.reserve(captured_.size() + 1);  // one allocation per written step, not one per value
   if (!state.update_skipped) {
     for (std::size_t i = 0; i < captured_.size(); ++i) {
       const at::Tensor* tensor = state.tensors.find(options_.tensors_to_log()[i]);
@@ -198,7 +201,7 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& values, std::size_
   const bool scalar = tensor != nullptr && tensor->defined() && tensor->numel() == 1;
   if (tensor != nullptr && tensor->defined() && !tensor->is_complex() && tensor->numel() > 0) {
     if (scalar && scalars) {
-      values.push_back(SummaryValue::scalar(tags_[index], tensor->item<double>()));
+      values.push_back(SummaryValue::scalar(tags_[index], detail::scalar_value(*tensor)));
     } else if (!scalar && histograms) {
       values.push_back(SummaryValue::histogram(tags_[index], host_values(*tensor),
                                                options_.histogram_buckets()));

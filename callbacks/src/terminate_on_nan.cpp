@@ -7,7 +7,43 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
 
+#include <ATen/Dispatch.h>
+
+#include <cmath>
+
 namespace torchbus {
+
+namespace {
+
+/// Whether every element of `tensor` is finite, read directly from host memory when that is
+/// possible: a dense, contiguous CPU tensor of a real type holds its values as soon as the op that
+/// produced it returned, so reading them is no host sync and costs no dispatcher call (the tensor
+/// ops `isfinite().all()` + `stack` + `item` cost ~70,000 instructions per step on a small model).
+/// Returns false when the tensor must be checked with tensor ops (accelerators, other layouts,
+/// complex and quantized types); `finite` is set only when it returns true.
+bool finite_on_host(const at::Tensor& tensor, bool& finite) {
+  if (!tensor.device().is_cpu() || tensor.layout() != at::kStrided || !tensor.is_contiguous()) {
+    return false;
+  }
+  const auto type = tensor.scalar_type();
+  if (c10::isIntegralType(type, /*includeBool=*/true)) {
+    finite = true;
+    return true;
+  }
+  if (!c10::isFloatingType(type)) return false;
+  const std::int64_t count = tensor.numel();
+  std::int64_t non_finite = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "terminate_on_nan", [&] {
+    const scalar_t* data = tensor.data_ptr<scalar_t>();
+    for (std::int64_t i = 0; i < count; ++i) {
+      non_finite += std::isfinite(static_cast<double>(data[i])) ? 0 : 1;
+    }
+  });
+  finite = non_finite == 0;
+  return true;
+}
+
+}  // namespace
 
 TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options, std::string name)
     : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
@@ -43,7 +79,14 @@ void TerminateOnNaN::on_after_backward(State& state) {
                    "); present: ", detail::join_or_none(state.tensors.names()),
                    ". A custom train step must store it with state.tensors.set(\"", names[i],
                    "\", ...), or configure TerminateOnNaNOptions::tensors");
-    flags_.push_back(tensor->detach().isfinite().all());
+    bool finite = true;
+    if (finite_on_host(*tensor, finite)) {
+      if (finite) continue;  // nothing left to read at BeforeOptimizerStep
+      // A constant false flag: reported like the others, in batch order.
+      flags_.push_back(at::zeros({}, at::kBool));
+    } else {
+      flags_.push_back(tensor->detach().isfinite().all());
+    }
     checks_.push_back(Check{i, state.global_batch});
   }
 }

@@ -55,9 +55,11 @@ double wall_time_now();
 /// Writes one TensorBoard event file. The first record, `file_version` "brain.Event:2", is queued
 /// at construction; `add_*` queue events; a background thread encodes them (protobuf), frames them
 /// (TFRecord: length, masked CRC-32C of the length, data, masked CRC-32C of the data) and writes
-/// them, flushing the file whenever the queue runs empty. The queue is bounded: `add_*` blocks
-/// while it is full, nothing is dropped. A write error stops the writing; it is thrown (as Error
-/// naming the file) once by the next `flush` or `close`, and by every later `add_*`.
+/// them, flushing the file whenever the queue runs empty. The thread wakes every 100 ms, when the
+/// queue is half full, and on `flush` or `close`, so that `add_*` (usually) makes no system call
+/// on the caller's thread. The queue is bounded: `add_*` blocks while it is full, nothing is
+/// dropped. A write error stops the writing; it is thrown (as Error naming the file) once by the
+/// next `flush` or `close`, and by every later `add_*`.
 class EventFileWriter {
  public:
   /// Events queued at most by default.

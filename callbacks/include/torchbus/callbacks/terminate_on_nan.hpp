@@ -25,6 +25,8 @@ struct TerminateOnNaNOptions {
 
 /// Checks the configured tensors of every batch (at AfterBackward, no sync) and, optionally, the
 /// gradients; at BeforeOptimizerStep reads one flag for the whole step (one host sync per step).
+/// Dense CPU tensors of a real type are checked directly in host memory at AfterBackward (no tensor
+/// op, nothing left to read), so with the default `{"loss"}` on the CPU a step costs no sync.
 /// A non-finite value skips that step's update (`state.skip_update`), so the weights stay as they
 /// were before the step, and requests a stop naming the tensor, batch, step and epoch.
 /// Default priority -50: after metric producers, before the learning rate scheduler.
