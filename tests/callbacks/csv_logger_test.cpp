@@ -288,10 +288,8 @@ BOOST_AUTO_TEST_CASE(an_unwritable_path_fails_at_action_start_and_the_action_sti
   std::ofstream(blocker) << "a file where a directory is expected\n";
   const auto path = blocker / "metrics.csv";
 
-  torch::nn::Sequential model = make_model();
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer(model, optimizer, cross_entropy,
-                  TrainerOptions().use_registered_subscriptions(false));
+  Run run;
+  auto& trainer = run.trainer;
   auto recorder = std::make_shared<RecordingCallback>();
   trainer.add(recorder);
   trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string())));
