@@ -4,9 +4,8 @@
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
-
-#include "host_scalar.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -419,7 +418,7 @@ void CsvLogger::write_step_row(State& state) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const at::Tensor* tensor = state.tensors.find(names[i]);
     if (tensor != nullptr && tensor->defined() && tensor->numel() == 1 && !tensor->is_complex()) {
-      set_cell(tensor_cols_[i], detail::scalar_value(*tensor));
+      set_cell(tensor_cols_[i], scalar_value(*tensor));
     } else if (!warned_[i]) {
       warned_[i] = true;
       if (tensor == nullptr) {

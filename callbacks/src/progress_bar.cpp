@@ -3,6 +3,7 @@
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 
 #include <sys/ioctl.h>
@@ -168,7 +169,7 @@ void ProgressBar::format(State& state, std::int64_t done, bool final) {
     } else if (const at::Tensor* tensor = state.tensors.find(name);
                tensor != nullptr && tensor->defined() && tensor->numel() == 1 &&
                !tensor->is_complex()) {
-      append_value(name.c_str(), tensor->item<double>());
+      append_value(name.c_str(), scalar_value(*tensor));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 
 #include <ATen/ops/stack.h>
@@ -87,7 +88,7 @@ void SimpleLogger::append_tensor(std::string& line, const std::string& name, Sta
   if (!tensor.defined()) {
     fmt::format_to(out, " {}=undefined", name);
   } else if (tensor.numel() == 1 && !tensor.is_complex()) {
-    fmt::format_to(out, " {}={:.{}g}", name, tensor.item<double>(), digits);
+    fmt::format_to(out, " {}={:.{}g}", name, scalar_value(tensor), digits);
   } else {
     fmt::format_to(out, " {}=[{}]", name, fmt::join(tensor.sizes(), ", "));
     if (tensor.numel() == 0) {

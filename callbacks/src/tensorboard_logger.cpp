@@ -5,9 +5,8 @@
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
-
-#include "host_scalar.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -201,7 +200,7 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& values, std::size_
   const bool scalar = tensor != nullptr && tensor->defined() && tensor->numel() == 1;
   if (tensor != nullptr && tensor->defined() && !tensor->is_complex() && tensor->numel() > 0) {
     if (scalar && scalars) {
-      values.push_back(SummaryValue::scalar(tags_[index], detail::scalar_value(*tensor)));
+      values.push_back(SummaryValue::scalar(tags_[index], scalar_value(*tensor)));
     } else if (!scalar && histograms) {
       values.push_back(SummaryValue::histogram(tags_[index], host_values(*tensor),
                                                options_.histogram_buckets()));

@@ -1,7 +1,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/scalar_value.hpp>
 
-#include <ATen/Dispatch.h>
 #include <ATen/ops/stack.h>
 
 namespace torchbus {
@@ -49,15 +49,11 @@ void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_
 
 void MetricHistory::record(std::string_view name, std::int64_t step, std::int64_t epoch,
                            at::Tensor value) {
-  TORCHBUS_CHECK(value.numel() == 1, Error, "metric '", name,
-                 "' must be recorded as a one-element tensor, got shape ", value.sizes());
-  if (value.device().is_cpu()) {
-    // Reading a CPU tensor is no host sync: store the number now, without a dispatcher call.
-    double number = 0.0;
-    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, value.scalar_type(),
-                               "record_metric",
-                               [&] { number = static_cast<double>(*value.data_ptr<scalar_t>()); });
-    record(name, step, epoch, number);
+  TORCHBUS_CHECK(value.numel() == 1 && !value.is_complex(), Error, "metric '", name,
+                 "' must be recorded as a one-element real tensor, got ", value.scalar_type(),
+                 " of shape ", value.sizes());
+  if (const auto number = host_scalar(value)) {  // in CPU memory: no host sync
+    record(name, step, epoch, *number);
     return;
   }
   auto& series = series_for(name);

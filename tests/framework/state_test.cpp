@@ -77,15 +77,40 @@ BOOST_AUTO_TEST_CASE(metric_history_records_numbers_and_tensors) {
              boost::test_tools::per_element());
 }
 
-// CPU tensors are read when recorded; the deferred (pending) path serves accelerator tensors only
-// and is not exercised on this CPU-only machine.
+// Plain CPU tensors are read when recorded. Negative views cannot be read from memory, so they
+// take the deferred path that accelerator tensors take: pending, then read in one batch.
 BOOST_AUTO_TEST_CASE(metric_history_records_many_tensor_values) {
   MetricHistory history;
   const auto count = static_cast<std::int64_t>(MetricHistory::kMaxPending) + 10;
-  for (std::int64_t i = 0; i < count; ++i) history.record("loss", i, 0, at::tensor(double(i)));
+  for (std::int64_t i = 0; i < count; ++i) {
+    history.record("loss", i, 0, at::tensor(double(i)));
+    history.record("deferred", i, 0, at::tensor(double(i))._neg_view());
+  }
   const auto& series = history.series("loss");
+  const auto& deferred = history.series("deferred");
   BOOST_TEST(series.size() == static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) BOOST_TEST(series[i].value == double(i));
+  BOOST_TEST(deferred.size() == static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    BOOST_TEST(series[i].value == double(i));
+    BOOST_TEST(deferred[i].value == -double(i));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(host_scalar_reads_plain_cpu_numbers_and_declines_the_rest) {
+  BOOST_TEST(host_scalar(at::tensor(2.5)).value() == 2.5);
+  BOOST_TEST(host_scalar(at::tensor(7, at::kLong)).value() == 7.0);
+  BOOST_TEST(host_scalar(at::ones({}, at::kBool)).value() == 1.0);
+  BOOST_TEST(host_scalar(at::tensor(0.5).to(at::kHalf)).value() == 0.5);
+  BOOST_TEST(host_scalar(at::full({1, 1}, 3.0)).value() == 3.0);
+  BOOST_TEST(host_scalar(at::arange(4.0).select(0, 3)).value() == 3.0);  // offset view
+  BOOST_TEST(!host_scalar(at::Tensor()).has_value());
+  BOOST_TEST(!host_scalar(at::zeros({2})).has_value());
+  BOOST_TEST(!host_scalar(at::tensor(1.5)._neg_view()).has_value());
+  BOOST_TEST(!host_scalar(at::complex(at::tensor(1.0), at::tensor(2.0))).has_value());
+  // scalar_value falls back to item() where host_scalar declines.
+  BOOST_TEST(scalar_value(at::tensor(1.5)._neg_view()) == -1.5);
+  BOOST_TEST(scalar_value(at::tensor(4.0)) == 4.0);
+  BOOST_CHECK_THROW(scalar_value(at::zeros({2})), c10::Error);
 }
 
 BOOST_AUTO_TEST_CASE(metric_history_errors_name_what_is_recorded) {
@@ -95,6 +120,8 @@ BOOST_AUTO_TEST_CASE(metric_history_errors_name_what_is_recorded) {
     return std::string(error.what()).find("recorded: train_loss") != std::string::npos;
   });
   BOOST_CHECK_THROW(history.record("bad", 0, 0, at::zeros({2})), Error);
+  BOOST_CHECK_THROW(history.record("bad", 0, 0, at::complex(at::tensor(1.0), at::tensor(2.0))),
+                    Error);
   BOOST_CHECK_THROW(history.epoch_mean("train_loss", 5), Error);
 }
 

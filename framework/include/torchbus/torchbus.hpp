@@ -20,6 +20,7 @@
 #include <torchbus/launch_environment.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/subscription.hpp>
 #include <torchbus/tensor_store.hpp>
