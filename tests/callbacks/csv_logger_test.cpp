@@ -142,6 +142,56 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
   BOOST_TEST(csv.rows[7].at("kind") == "epoch");
 }
 
+// What is in the file while the run goes on: buffered rows reach it at a checkpoint (which is
+// serialized after the loggers' StepEnd, as ModelCheckpoint's priority 200 does) and at EpochEnd;
+// with flush_secs(0) every row is there as soon as it is written.
+BOOST_AUTO_TEST_CASE(rows_reach_the_file_at_checkpoints_at_epoch_ends_or_at_once) {
+  TempDir dir("csv");
+  const auto count_rows = [](const fs::path& path, const std::string& kind) {
+    const auto rows = read_csv(path).rows;
+    return static_cast<std::int64_t>(std::count_if(
+        rows.begin(), rows.end(), [&](const auto& row) { return row.at("kind") == kind; }));
+  };
+  auto train = make_batches(3, 4);
+  {
+    const auto path = dir.path / "buffered.csv";
+    Run run(TrainerOptions().max_epochs(2));
+    run.trainer.add(
+        std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).flush_secs(3600)));
+    std::vector<std::int64_t> at_step_end, after_checkpoint, at_epoch_end;
+    run.trainer.on(
+        Event::StepEnd,
+        [&](State& state) {
+          at_step_end.push_back(count_rows(path, "step"));
+          if (state.step == 2) {
+            run.trainer.checkpoint_bytes();
+            after_checkpoint.push_back(count_rows(path, "step"));
+          }
+        },
+        200);
+    run.trainer.on(
+        Event::EpochEnd, [&](State&) { at_epoch_end.push_back(count_rows(path, "step")); }, 200);
+    run.trainer.fit(train);
+    BOOST_TEST(at_step_end == (std::vector<std::int64_t>{0, 0, 2, 3, 3, 3}),
+               boost::test_tools::per_element());
+    BOOST_TEST(after_checkpoint == std::vector<std::int64_t>{2}, boost::test_tools::per_element());
+    BOOST_TEST(at_epoch_end == (std::vector<std::int64_t>{3, 6}), boost::test_tools::per_element());
+    BOOST_TEST(count_rows(path, "epoch") == 2);
+  }
+  {
+    const auto path = dir.path / "unbuffered.csv";
+    Run run(TrainerOptions().max_epochs(2));
+    run.trainer.add(
+        std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).flush_secs(0)));
+    std::vector<std::int64_t> at_step_end;
+    run.trainer.on(
+        Event::StepEnd, [&](State&) { at_step_end.push_back(count_rows(path, "step")); }, 200);
+    run.trainer.fit(train);
+    BOOST_TEST(at_step_end == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}),
+               boost::test_tools::per_element());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {
   TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
@@ -325,6 +375,9 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_TEST(has(message_of<ConfigError>(
                      [] { CsvLogger logger(CsvLoggerOptions("m.csv").tensors_to_log({"lr"})); }),
                  "clashes with a fixed column"));
+  BOOST_TEST(has(
+      message_of<ConfigError>([] { CsvLogger logger(CsvLoggerOptions("m.csv").flush_secs(-1)); }),
+      "flush_secs must be a finite number of seconds >= 0 (0: flush every row), got -1"));
 }
 
 BOOST_AUTO_TEST_CASE(default_priority_and_options) {
@@ -333,6 +386,7 @@ BOOST_AUTO_TEST_CASE(default_priority_and_options) {
   BOOST_TEST(logger.name() == "csv_logger");
   BOOST_TEST(logger.options().step_freq() == 50);
   BOOST_TEST(!logger.options().append());
+  BOOST_TEST(logger.options().flush_secs() == 1.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

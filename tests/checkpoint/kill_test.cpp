@@ -58,6 +58,19 @@ std::vector<std::string> read_lines(const fs::path& path) {
   return lines;
 }
 
+/// The rows of DIR/metrics.csv as "kind,step,epoch,loss,..." (without the wall time).
+std::vector<std::string> csv_rows(const fs::path& directory) {
+  std::vector<std::string> rows;
+  const auto lines = read_lines(directory / "metrics.csv");
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const auto& line = lines[i];
+    std::size_t wall_time = 0;
+    for (int comma = 0; comma < 3; ++comma) wall_time = line.find(',', wall_time) + 1;
+    rows.push_back(line.substr(0, wall_time) + line.substr(line.find(',', wall_time) + 1));
+  }
+  return rows;
+}
+
 struct Final {
   torch::nn::Sequential model = ResumeRun::make_model(0);
   torch::optim::Adam optimizer{model->parameters(), torch::optim::AdamOptions(1e-2)};
@@ -77,6 +90,8 @@ BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
   const Final reference(reference_dir);
   const auto reference_batches = read_lines(reference_dir / "batches.log");
   BOOST_TEST_REQUIRE(reference_batches.size() == 24u);
+  const auto reference_rows = csv_rows(reference_dir);
+  BOOST_TEST_REQUIRE(reference_rows.size() == 12u + 3);
 
   // "saved N": killed after step N's checkpoint; "saving N": killed as step N's write begins, so
   // the run must resume from step N - 1 (or N if the write completed).
@@ -100,6 +115,9 @@ BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
     for (const auto& entry : fs::directory_iterator(dir)) {
       BOOST_TEST(entry.path().filename().string().find(".tmp-") == std::string::npos, kill_at);
     }
+    // The CSV rows (buffered until each checkpoint) hold every step and epoch once, with the
+    // uninterrupted run's values.
+    BOOST_TEST(csv_rows(dir) == reference_rows, boost::test_tools::per_element());
   }
 }
 

@@ -1,10 +1,13 @@
 // Worker for kill_test.cpp: trains the ResumeRun, checkpointing into DIR after every step and
 // resuming from DIR when it holds a checkpoint. Appends "global_batch:rows" per batch to LOG and
 // prints "saving N" / "saved N" around each checkpoint; at the end saves the model and optimizer
-// to DIR/final-model.pt and DIR/final-optimizer.pt.
+// to DIR/final-model.pt and DIR/final-optimizer.pt. A CsvLogger writes every step to
+// DIR/metrics.csv, buffering rows until a checkpoint or an epoch end.
 // Usage: resume_worker DIR LOG
 
 #include "resume_setup.hpp"
+
+#include <torchbus/callbacks/csv_logger.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -22,11 +25,20 @@ int main(int argc, char** argv) {
   run.trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State&) {
     log << run.seen.back() << "\n" << std::flush;
   });
-  run.trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
-    std::cout << "saving " << state.step << std::endl;
-    run.trainer.save_checkpoint(directory / ("step-" + std::to_string(state.step) + ".tbckpt"));
-    std::cout << "saved " << state.step << std::endl;
-  });
+  run.trainer.add(std::make_shared<torchbus::CsvLogger>(
+      torchbus::CsvLoggerOptions((directory / "metrics.csv").string())
+          .step_freq(1)
+          .append(true)
+          .flush_secs(3600)));
+  // After the loggers, as ModelCheckpoint.
+  run.trainer.on(
+      torchbus::Event::StepEnd,
+      [&](torchbus::State& state) {
+        std::cout << "saving " << state.step << std::endl;
+        run.trainer.save_checkpoint(directory / ("step-" + std::to_string(state.step) + ".tbckpt"));
+        std::cout << "saved " << state.step << std::endl;
+      },
+      200);
   bool has_checkpoint = false;
   for (const auto& entry : fs::directory_iterator(directory)) {
     has_checkpoint = has_checkpoint || entry.path().extension() == ".tbckpt";

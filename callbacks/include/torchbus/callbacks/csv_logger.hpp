@@ -6,6 +6,7 @@
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -29,6 +30,9 @@ struct CsvLoggerOptions {
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;
+  /// Rows are buffered and handed to the operating system at least this often, in seconds (>= 0;
+  /// 0: every row), and always at EpochEnd, when a checkpoint is taken and at ActionEnd.
+  TORCH_ARG(double, flush_secs) = 1.0;
 
  public:
   /// Throws ConfigError naming the first option that is out of range.
@@ -38,7 +42,8 @@ struct CsvLoggerOptions {
 /// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
 /// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
 /// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
-/// metrics in the order they first appear. Every row is flushed. See
+/// metrics in the order they first appear. Rows are flushed every `flush_secs`, at each EpochEnd
+/// and before a checkpoint is written, so a killed run loses no row its checkpoint covers. See
 /// docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
 class CsvLogger : public Callback {
  public:
@@ -68,28 +73,33 @@ class CsvLogger : public Callback {
   void on_epoch_end(State& state) override;
   /// Closes the file.
   void on_action_end(State& state) override;
+  /// Writes no state; flushes the buffered rows, so that every row up to the checkpoint is in the
+  /// file before the checkpoint exists.
+  void save_state(torch::serialize::OutputArchive& archive) const override;
 
  private:
   void open(bool replace);
   void reconcile(const State& state);
   void write_step_row(State& state);
   void write_row();
+  void flush_rows() const;
   std::size_t column_index(const std::string& name);
   void add_columns(const std::vector<std::string>& names);
   void set_cell(std::size_t column, double value);
   void set_lr(const State& state);
 
   CsvLoggerOptions options_;
-  std::ofstream file_;
+  mutable std::ofstream file_;            // mutable: save_state (const) flushes it
   std::vector<std::string> columns_;      // header
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;
-  std::vector<std::string> cells_;  // the row being written, one per column
-  std::string row_;                 // reused output buffer
-  std::vector<bool> warned_;        // per tensor name: a problem was reported
-  bool warned_lr_ = false;          // the learning rate could not be read (reported once)
-  bool opened_before_ = false;      // an earlier action of this logger opened the file
-  bool reconciled_ = true;          // existing rows were checked against the resume point
+  std::vector<std::string> cells_;                    // the row being written, one per column
+  std::string row_;                                   // reused output buffer
+  std::chrono::steady_clock::time_point last_flush_;  // rows were last handed to the OS
+  std::vector<bool> warned_;                          // per tensor name: a problem was reported
+  bool warned_lr_ = false;      // the learning rate could not be read (reported once)
+  bool opened_before_ = false;  // an earlier action of this logger opened the file
+  bool reconciled_ = true;      // existing rows were checked against the resume point
 };
 
 }  // namespace torchbus
