@@ -139,7 +139,14 @@ CsvLogger::CsvLogger(CsvLoggerOptions options, std::string name)
   warned_.assign(options_.tensors_to_log().size(), false);
 }
 
-CsvLogger::~CsvLogger() = default;
+CsvLogger::~CsvLogger() {
+  // An action that ended flushed its rows; this is for a logger destroyed in the middle of one.
+  try {
+    flush_rows();
+  } catch (const std::exception& error) {
+    logger()->error("{}", error.what());
+  }
+}
 
 // ---- opening ------------------------------------------------------------------------------------
 
@@ -151,7 +158,9 @@ void CsvLogger::on_action_start(State& /*state*/) {
 void CsvLogger::open(bool replace) {
   const fs::path path(options_.path());
   const std::string who = "CsvLogger '" + name() + "'";
-  if (file_.is_open()) file_.close();
+  if (out_.file.is_open()) out_.file.close();
+  out_.pending.clear();
+  out_.header_pending = false;
   std::error_code error;
   if (path.has_parent_path()) {
     fs::create_directories(path.parent_path(), error);
@@ -186,24 +195,19 @@ void CsvLogger::open(bool replace) {
   std::vector<std::string> own = options_.tensors_to_log();
   own.emplace_back("lr");
   if (continuing) {
-    file_.open(path, std::ios::out | std::ios::app);
-    TORCHBUS_CHECK(file_.is_open(), ConfigError, who, ": cannot open '", path.string(),
+    out_.file.open(path, std::ios::out | std::ios::app);
+    TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
                    "' for appending: ", describe_errno());
     add_columns(own);     // widens the file if it lacks some of them
     reconciled_ = false;  // rows are checked against the resume point at the first EpochStart
   } else {
     columns_.assign(std::begin(kFixedColumns), std::end(kFixedColumns));
     columns_.insert(columns_.end(), own.begin(), own.end());
-    file_.open(path, std::ios::out | std::ios::trunc);
-    TORCHBUS_CHECK(file_.is_open(), ConfigError, who, ": cannot open '", path.string(),
+    out_.file.open(path, std::ios::out | std::ios::trunc);
+    TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
                    "' for writing: ", describe_errno());
-    for (std::size_t i = 0; i < columns_.size(); ++i) {
-      file_ << (i ? "," : "") << csv_field(columns_[i]);
-    }
-    file_ << '\n';
-    file_.flush();
-    TORCHBUS_CHECK(file_.good(), ConfigError, who, ": cannot write to '", path.string(),
-                   "': ", describe_errno());
+    // Written with the first rows: metrics that appear before then need no rewrite.
+    out_.header_pending = true;
     reconciled_ = true;
   }
   tensor_cols_.clear();
@@ -214,7 +218,8 @@ void CsvLogger::open(bool replace) {
 }
 
 void CsvLogger::on_action_end(State& /*state*/) {
-  if (file_.is_open()) file_.close();
+  flush_rows();
+  if (out_.file.is_open()) out_.file.close();
 }
 
 std::size_t CsvLogger::column_index(const std::string& name) {
@@ -330,14 +335,26 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
     }
   }
   if (extra.empty()) return;
-  const fs::path path(options_.path());
-  if (file_.is_open()) file_.close();
-  rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
+  if (out_.header_pending) {
+    // Nothing of this file is written yet: widen the buffered rows instead of the file.
+    std::string widened;
+    widened.reserve(out_.pending.size() + extra.size() * 64);
+    for (const char c : out_.pending) {
+      if (c == '\n') widened.append(extra.size(), ',');
+      widened += c;
+    }
+    out_.pending = std::move(widened);
+  } else {
+    flush_rows();  // the rewrite copies the file, buffered rows included
+    const fs::path path(options_.path());
+    out_.file.close();
+    rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
+    out_.file.open(path, std::ios::out | std::ios::app);
+    TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
+                   path.string(), "' for appending: ", describe_errno());
+  }
   columns_.insert(columns_.end(), extra.begin(), extra.end());
   cells_.assign(columns_.size(), std::string());
-  file_.open(path, std::ios::out | std::ios::app);
-  TORCHBUS_CHECK(file_.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '", path.string(),
-                 "' for appending: ", describe_errno());
 }
 
 void CsvLogger::on_epoch_start(State& state) {
@@ -351,11 +368,12 @@ void CsvLogger::reconcile(const State& state) {
   const bool fresh = state.step == 0 && state.epoch == 0;
   const bool drop = !fresh && any_dropped(path, keep_before_resume, state.step, state.epoch);
   if (drop || existing.partial_last_line) {
-    file_.close();
+    flush_rows();
+    out_.file.close();
     const auto dropped = rewrite(path, {}, fresh ? nullptr : keep_before_resume, state.step,
                                  state.epoch, "CsvLogger '" + name() + "'");
-    file_.open(path, std::ios::out | std::ios::app);
-    TORCHBUS_CHECK(file_.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
+    out_.file.open(path, std::ios::out | std::ios::app);
+    TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
                    path.string(), "' for appending: ", describe_errno());
     if (existing.partial_last_line) {
       logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
@@ -423,7 +441,7 @@ void CsvLogger::set_lr(const State& state) {
 }
 
 void CsvLogger::write_step_row(State& state) {
-  if (!file_.is_open()) return;
+  if (!out_.file.is_open()) return;
   begin_row(cells_, "step", state);
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -452,7 +470,7 @@ void CsvLogger::write_step_row(State& state) {
 }
 
 void CsvLogger::on_epoch_end(State& state) {
-  if (!file_.is_open()) return;
+  if (!out_.file.is_open()) return;
   // The metrics of this row: the ones named, or every one recorded during the epoch.
   std::vector<std::string> names;
   if (options_.epoch_metrics().empty()) {
@@ -480,15 +498,11 @@ void CsvLogger::on_epoch_end(State& state) {
 }
 
 void CsvLogger::write_row() {
-  row_.clear();
   for (std::size_t i = 0; i < cells_.size(); ++i) {
-    if (i != 0) row_ += ',';
-    row_ += cells_[i];
+    if (i != 0) out_.pending += ',';
+    out_.pending += cells_[i];
   }
-  row_ += '\n';
-  file_ << row_;
-  TORCHBUS_CHECK(file_.good(), Error, "CsvLogger '", name(), "': writing a row to '",
-                 options_.path(), "' failed: ", describe_errno());
+  out_.pending += '\n';
   const auto now = std::chrono::steady_clock::now();
   if (std::chrono::duration<double>(now - last_flush_).count() >= options_.flush_secs()) {
     last_flush_ = now;
@@ -497,9 +511,18 @@ void CsvLogger::write_row() {
 }
 
 void CsvLogger::flush_rows() const {
-  if (!file_.is_open()) return;
-  file_.flush();
-  TORCHBUS_CHECK(file_.good(), Error, "CsvLogger '", name(), "': writing rows to '",
+  if (!out_.file.is_open()) return;
+  if (out_.header_pending) {
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      out_.file << (i ? "," : "") << csv_field(columns_[i]);
+    }
+    out_.file << '\n';
+    out_.header_pending = false;
+  }
+  out_.file << out_.pending;
+  out_.pending.clear();
+  out_.file.flush();
+  TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
                  options_.path(), "' failed: ", describe_errno());
 }
 

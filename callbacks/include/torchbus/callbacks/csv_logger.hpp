@@ -89,12 +89,17 @@ class CsvLogger : public Callback {
   void set_lr(const State& state);
 
   CsvLoggerOptions options_;
-  mutable std::ofstream file_;            // mutable: save_state (const) flushes it
+  /// What goes to the file; mutable, because save_state (const) flushes it.
+  struct Output {
+    std::ofstream file;
+    std::string pending;          // rows not yet handed to the OS
+    bool header_pending = false;  // the header goes before the first rows handed over
+  };
+  mutable Output out_;
   std::vector<std::string> columns_;      // header
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;
   std::vector<std::string> cells_;                    // the row being written, one per column
-  std::string row_;                                   // reused output buffer
   std::chrono::steady_clock::time_point last_flush_;  // rows were last handed to the OS
   std::vector<bool> warned_;                          // per tensor name: a problem was reported
   bool warned_lr_ = false;      // the learning rate could not be read (reported once)
