@@ -1,4 +1,3 @@
-#include <fmt/compile.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
@@ -7,6 +6,8 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
+
+#include "csv_rows.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 /// The columns every CsvLogger file starts with.
 constexpr const char* kFixedColumns[] = {"kind", "step", "epoch", "wall_time"};
 constexpr std::size_t kFixedCount = std::size(kFixedColumns);
-constexpr std::size_t kKindCol = 0, kStepCol = 1, kEpochCol = 2, kWallTimeCol = 3;
+constexpr std::size_t kKindCol = 0, kStepCol = 1, kEpochCol = 2;
 
 bool is_reserved(const std::string& name) {
   return name == "lr" || std::find(std::begin(kFixedColumns), std::end(kFixedColumns), name) !=
@@ -134,6 +135,7 @@ void CsvLoggerOptions::validate() const {
 
 CsvLogger::CsvLogger(CsvLoggerOptions options, std::string name)
     : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+  out_.rows = std::make_unique<detail::CsvRows>();
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);
@@ -159,7 +161,7 @@ void CsvLogger::open(bool replace) {
   const fs::path path(options_.path());
   const std::string who = "CsvLogger '" + name() + "'";
   if (out_.file.is_open()) out_.file.close();
-  out_.pending.clear();
+  out_.rows = std::make_unique<detail::CsvRows>();
   out_.header_pending = false;
   std::error_code error;
   if (path.has_parent_path()) {
@@ -213,7 +215,7 @@ void CsvLogger::open(bool replace) {
   tensor_cols_.clear();
   for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
   lr_col_ = column_index("lr");
-  cells_.assign(columns_.size(), std::string());
+  out_.rows->set_width(columns_.size() - kFixedCount);
   last_flush_ = std::chrono::steady_clock::now();
 }
 
@@ -336,14 +338,8 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
   }
   if (extra.empty()) return;
   if (out_.header_pending) {
-    // Nothing of this file is written yet: widen the buffered rows instead of the file.
-    std::string widened;
-    widened.reserve(out_.pending.size() + extra.size() * 64);
-    for (const char c : out_.pending) {
-      if (c == '\n') widened.append(extra.size(), ',');
-      widened += c;
-    }
-    out_.pending = std::move(widened);
+    // Nothing of this file is written yet: widen the recorded rows instead of the file.
+    out_.rows->widen(extra.size());
   } else {
     flush_rows();  // the rewrite copies the file, buffered rows included
     const fs::path path(options_.path());
@@ -352,9 +348,9 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
     out_.file.open(path, std::ios::out | std::ios::app);
     TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
                    path.string(), "' for appending: ", describe_errno());
+    out_.rows->set_width(columns_.size() + extra.size() - kFixedCount);
   }
   columns_.insert(columns_.end(), extra.begin(), extra.end());
-  cells_.assign(columns_.size(), std::string());
 }
 
 void CsvLogger::on_epoch_start(State& state) {
@@ -401,24 +397,15 @@ void CsvLogger::on_step_end(State& state) {
   write_step_row(state);
 }
 
-namespace {
-void begin_row(std::vector<std::string>& cells, const char* kind, const State& state) {
-  for (auto& cell : cells) cell.clear();
-  cells[kKindCol] = kind;
-  cells[kStepCol] = fmt::format_int(state.step).c_str();
-  cells[kEpochCol] = fmt::format_int(state.epoch).c_str();
-  // Seconds since the epoch with milliseconds, formatted as integers (cheaper than "{:.3f}").
+void CsvLogger::begin_row(const char* kind, const State& state) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  fmt::format_to(std::back_inserter(cells[kWallTimeCol]), FMT_COMPILE("{}.{:03}"), ms / 1000,
-                 ms % 1000);
+  out_.rows->begin(kind, state.step, state.epoch, ms);
 }
-}  // namespace
 
 void CsvLogger::set_cell(std::size_t column, double value) {
-  // Shortest representation that reads back as the same double.
-  fmt::format_to(std::back_inserter(cells_[column]), FMT_COMPILE("{}"), value);
+  out_.rows->set(column - kFixedCount, value);
 }
 
 void CsvLogger::set_lr(const State& state) {
@@ -442,7 +429,7 @@ void CsvLogger::set_lr(const State& state) {
 
 void CsvLogger::write_step_row(State& state) {
   if (!out_.file.is_open()) return;
-  begin_row(cells_, "step", state);
+  begin_row("step", state);
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
     const at::Tensor* tensor = state.tensors.find(names[i]);
@@ -466,7 +453,7 @@ void CsvLogger::write_step_row(State& state) {
     }
   }
   set_lr(state);
-  write_row();
+  end_row();
 }
 
 void CsvLogger::on_epoch_end(State& state) {
@@ -488,21 +475,15 @@ void CsvLogger::on_epoch_end(State& state) {
                              }),
               names.end());
   add_columns(names);
-  begin_row(cells_, "epoch", state);
+  begin_row("epoch", state);
   for (const auto& metric : names) {
     set_cell(column_index(metric), state.metrics.latest(metric).value);
   }
   set_lr(state);
-  write_row();
   flush_rows();
 }
 
-void CsvLogger::write_row() {
-  for (std::size_t i = 0; i < cells_.size(); ++i) {
-    if (i != 0) out_.pending += ',';
-    out_.pending += cells_[i];
-  }
-  out_.pending += '\n';
+void CsvLogger::end_row() {
   const auto now = std::chrono::steady_clock::now();
   if (std::chrono::duration<double>(now - last_flush_).count() >= options_.flush_secs()) {
     last_flush_ = now;
@@ -512,15 +493,17 @@ void CsvLogger::write_row() {
 
 void CsvLogger::flush_rows() const {
   if (!out_.file.is_open()) return;
+  out_.text.clear();
   if (out_.header_pending) {
     for (std::size_t i = 0; i < columns_.size(); ++i) {
-      out_.file << (i ? "," : "") << csv_field(columns_[i]);
+      if (i != 0) out_.text += ',';
+      out_.text += csv_field(columns_[i]);
     }
-    out_.file << '\n';
+    out_.text += '\n';
     out_.header_pending = false;
   }
-  out_.file << out_.pending;
-  out_.pending.clear();
+  out_.rows->format_into(out_.text);
+  out_.file << out_.text;
   out_.file.flush();
   TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
                  options_.path(), "' failed: ", describe_errno());

@@ -9,10 +9,15 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace torchbus {
+
+namespace detail {
+class CsvRows;
+}  // namespace detail
 
 /// Where and what a CsvLogger writes, e.g. `CsvLoggerOptions("runs/a/metrics.csv").step_freq(10)`.
 struct CsvLoggerOptions {
@@ -81,7 +86,8 @@ class CsvLogger : public Callback {
   void open(bool replace);
   void reconcile(const State& state);
   void write_step_row(State& state);
-  void write_row();
+  void begin_row(const char* kind, const State& state);
+  void end_row();
   void flush_rows() const;
   std::size_t column_index(const std::string& name);
   void add_columns(const std::vector<std::string>& names);
@@ -92,14 +98,14 @@ class CsvLogger : public Callback {
   /// What goes to the file; mutable, because save_state (const) flushes it.
   struct Output {
     std::ofstream file;
-    std::string pending;          // rows not yet handed to the OS
-    bool header_pending = false;  // the header goes before the first rows handed over
+    std::unique_ptr<detail::CsvRows> rows;  // recorded, not yet handed to the OS
+    std::string text;                       // reused: the rows formatted at a flush
+    bool header_pending = false;            // the header goes before the first rows handed over
   };
   mutable Output out_;
   std::vector<std::string> columns_;      // header
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;
-  std::vector<std::string> cells_;                    // the row being written, one per column
   std::chrono::steady_clock::time_point last_flush_;  // rows were last handed to the OS
   std::vector<bool> warned_;                          // per tensor name: a problem was reported
   bool warned_lr_ = false;      // the learning rate could not be read (reported once)
