@@ -109,8 +109,15 @@ void TensorBoardLogger::on_action_start(State& /*state*/) {
 
 void TensorBoardLogger::on_action_end(State& /*state*/) {
   if (!writer_) return;
-  const std::unique_ptr<EventFileWriter> writer = std::move(writer_);
   for (auto& tensor : captured_) tensor.reset();
+  try {
+    hand_over();
+  } catch (...) {
+    pending_.clear();
+    writer_.reset();  // closes the file; its error is the one being thrown
+    throw;
+  }
+  const std::unique_ptr<EventFileWriter> writer = std::move(writer_);
   try {
     writer->close();
   } catch (const Error& failure) {
@@ -121,6 +128,7 @@ void TensorBoardLogger::on_action_end(State& /*state*/) {
 void TensorBoardLogger::on_exception(State& /*state*/) {
   if (!writer_) return;
   try {
+    hand_over();
     writer_->flush();
   } catch (const std::exception& failure) {
     logger()->error("{}: {}", who(), failure.what());
@@ -128,11 +136,33 @@ void TensorBoardLogger::on_exception(State& /*state*/) {
 }
 
 void TensorBoardLogger::write(std::int64_t step, std::vector<SummaryValue> values) {
+  hand_over();  // the steps before this event first
+  submit(step, std::move(values), wall_time_now());
+}
+
+void TensorBoardLogger::submit(std::int64_t step, std::vector<SummaryValue> values,
+                               double wall_time) {
   try {
-    writer_->add_summary(step, std::move(values));
+    writer_->add_summary(step, std::move(values), wall_time);
   } catch (const Error& failure) {
     throw Error(detail::concat(who(), ": ", failure.what()));
   }
+}
+
+void TensorBoardLogger::hand_over() {
+  // One event per step, in the order recorded.
+  for (std::size_t first = 0; first < pending_.size();) {
+    std::size_t end = first;
+    std::vector<SummaryValue> values;
+    for (; end < pending_.size() && pending_[end].step == pending_[first].step; ++end) {
+      const auto tag = pending_[end].tag;
+      values.push_back(
+          SummaryValue::scalar(tag < tags_.size() ? tags_[tag] : kLrTag, pending_[end].value));
+    }
+    submit(pending_[first].step, std::move(values), pending_[first].wall_time);
+    first = end;
+  }
+  pending_.clear();
 }
 
 // ---- the resume point ---------------------------------------------------------------------------
@@ -152,6 +182,7 @@ void TensorBoardLogger::begin(State& state) {
   // Counters and metrics restored by a resume are in place by now. Points already in the history
   // were written by the run that recorded them.
   written_.clear();
+  pending_.clear();
   for (const auto& metric : state.metrics.names()) {
     written_[metric] = state.metrics.series(metric).size();
   }
@@ -179,31 +210,36 @@ void TensorBoardLogger::on_step_end(State& state) {
   if (!writer_ || state.error || !due(state.step)) return;
   const bool scalars = state.step % options_.step_freq() == 0;
   const bool histograms = state.step % options_.histogram_freq() == 0;
-  std::vector<SummaryValue> values;
-  values.reserve(captured_.size() + 1);  // one allocation per written step, not one per value
+  std::vector<SummaryValue> histogram_values;
   if (!state.update_skipped) {
+    const double wall_time = wall_time_now();
     for (std::size_t i = 0; i < captured_.size(); ++i) {
       const at::Tensor* tensor = state.tensors.find(options_.tensors_to_log()[i]);
       if (tensor == nullptr && captured_[i].defined()) tensor = &captured_[i];
-      add_tensor(values, i, tensor, scalars, histograms, state);
+      add_tensor(histogram_values, i, tensor, scalars, histograms, state, wall_time);
     }
-    if (scalars && options_.log_lr()) add_lr(values, state);
+    if (scalars && options_.log_lr()) add_lr(state, wall_time);
   }
   for (auto& tensor : captured_) tensor.reset();
-  if (!values.empty()) write(state.step, std::move(values));
+  if (!histogram_values.empty()) {
+    write(state.step, std::move(histogram_values));
+  } else if (pending_.size() >= kHandOverValues) {
+    hand_over();
+  }
 }
 
-void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& values, std::size_t index,
+void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& histogram_values, std::size_t index,
                                    const at::Tensor* tensor, bool scalars, bool histograms,
-                                   const State& state) {
+                                   const State& state, double wall_time) {
   const std::string& name = options_.tensors_to_log()[index];
   const bool scalar = tensor != nullptr && tensor->defined() && tensor->numel() == 1;
   if (tensor != nullptr && tensor->defined() && !tensor->is_complex() && tensor->numel() > 0) {
     if (scalar && scalars) {
-      values.push_back(SummaryValue::scalar(tags_[index], scalar_value(*tensor)));
+      pending_.push_back(PendingScalar{state.step, wall_time, static_cast<std::uint32_t>(index),
+                                       scalar_value(*tensor)});
     } else if (!scalar && histograms) {
-      values.push_back(SummaryValue::histogram(tags_[index], host_values(*tensor),
-                                               options_.histogram_buckets()));
+      histogram_values.push_back(SummaryValue::histogram(tags_[index], host_values(*tensor),
+                                                         options_.histogram_buckets()));
     }
     return;
   }
@@ -225,14 +261,15 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& values, std::size_
   }
 }
 
-void TensorBoardLogger::add_lr(std::vector<SummaryValue>& values, const State& state) {
+void TensorBoardLogger::add_lr(const State& state, double wall_time) {
   std::string problem;
   if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
     problem = "the optimizer has no parameter group";
   } else {
     try {
-      values.push_back(
-          SummaryValue::scalar(kLrTag, state.optimizer->param_groups()[0].options().get_lr()));
+      pending_.push_back(PendingScalar{state.step, wall_time,
+                                       static_cast<std::uint32_t>(tags_.size()),
+                                       state.optimizer->param_groups()[0].options().get_lr()});
       return;
     } catch (const std::exception& error) {
       problem = error.what();

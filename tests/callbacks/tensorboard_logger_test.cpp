@@ -169,6 +169,38 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
   BOOST_TEST(tags_of(events).size() == 7u);
 }
 
+// Step scalars are handed to the writer in bursts (every 128 values) and before any other event:
+// across many bursts every step is written once, in step order, before its epoch's events.
+BOOST_AUTO_TEST_CASE(scalars_handed_over_in_bursts_keep_every_step_in_order) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(3));
+  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1)));
+  auto train = make_batches(70, 4);  // 210 steps: 420 step values
+  run.trainer.fit(train);
+
+  const auto events = only_file_events(dir.path / "run");
+  std::vector<std::int64_t> expected(210);
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<std::int64_t>(i + 1);
+  const auto loss = scalars_of(events, "train/loss");
+  BOOST_TEST(steps_of(loss) == expected, boost::test_tools::per_element());
+  BOOST_TEST(steps_of(scalars_of(events, "train/lr")) == expected,
+             boost::test_tools::per_element());
+  const auto& history = run.trainer.state().metrics;
+  for (const auto& [step, value] : loss) {
+    BOOST_TEST(value == static_cast<float>(at_step(history, "train_loss", step)));
+  }
+  // In the file, the steps come in order and each epoch's events after its last step.
+  std::int64_t last_step = 0;
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    BOOST_TEST(events[i].step >= last_step);
+    BOOST_TEST(events[i].wall_time >= events[i - 1].wall_time);
+    last_step = events[i].step;
+  }
+  BOOST_TEST(
+      steps_of(scalars_of(events, "epoch/completed")) == (std::vector<std::int64_t>{70, 140, 210}),
+      boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(empty_tensors_to_log_writes_only_the_lr_epochs_and_metrics) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));

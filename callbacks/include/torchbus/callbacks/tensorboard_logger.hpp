@@ -103,11 +103,24 @@ class TensorBoardLogger : public Callback {
   using Clock = std::chrono::steady_clock;
 
   void begin(State& state);
-  void add_tensor(std::vector<SummaryValue>& values, std::size_t index, const at::Tensor* tensor,
-                  bool scalars, bool histograms, const State& state);
-  void add_lr(std::vector<SummaryValue>& values, const State& state);
+  /// A step's scalar waiting to be handed to the writer.
+  struct PendingScalar {
+    std::int64_t step;
+    double wall_time;
+    std::uint32_t tag;  // index into tags_; tags_.size(): the learning rate
+    double value;
+  };
+  /// Scalars handed to the writer together, in one burst: about 64 steps of loss and lr.
+  static constexpr std::size_t kHandOverValues = 128;
+
+  void add_tensor(std::vector<SummaryValue>& histogram_values, std::size_t index,
+                  const at::Tensor* tensor, bool scalars, bool histograms, const State& state,
+                  double wall_time);
+  void add_lr(const State& state, double wall_time);
   void write_new_metrics(State& state);
   void write(std::int64_t step, std::vector<SummaryValue> values);
+  void submit(std::int64_t step, std::vector<SummaryValue> values, double wall_time);
+  void hand_over();
   bool due(std::int64_t step) const noexcept;
   bool wanted_metric(const std::string& name) const;
   std::string who() const;
@@ -121,6 +134,7 @@ class TensorBoardLogger : public Callback {
   bool warned_lr_ = false;            // the learning rate could not be read (reported once)
   bool begun_ = false;                // the action's first EpochStart or EvalStart was seen
   std::map<std::string, std::size_t> written_;  // metric -> points already written
+  std::vector<PendingScalar> pending_;          // recorded steps not yet handed to the writer
   Clock::time_point epoch_start_;
 };
 
