@@ -287,6 +287,7 @@ void RunReport::on_added(Trainer& trainer) {
       {"seed", options.seed() ? std::to_string(*options.seed()) : std::string("none")},
       {"gradient_clip_norm", with_meaning(options.gradient_clip_norm(), "off")},
       {"gradient_clip_value", with_meaning(options.gradient_clip_value(), "off")},
+      {"set_grads_to_none", options.set_grads_to_none() ? "true" : "false"},
   };
 }
 

@@ -173,7 +173,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   state_.metrics.clear();
   state_.tensors.clear_all();
   module_->train();
-  optimizer_.zero_grad();
+  clear_gradients();
   if (resume_path_) restore_for_resume();
   run_action([&] {
     if (process_group_) start_process_group();
@@ -271,7 +271,7 @@ void Trainer::run_step() {
     state_.tensors.set("loss", window_loss_, Scope::Step);
     state_.record_metric("train_loss", window_loss_);
   }
-  if (window_has_backward_) optimizer_.zero_grad();
+  if (window_has_backward_) clear_gradients();
   in_window_ = false;
   state_.update_skipped = !update;
   close();  // StepEnd
@@ -301,6 +301,16 @@ void Trainer::run_batch(Batch& batch) {
   }
   close();  // BatchEnd
   state_.tensors.clear(Scope::Batch);
+}
+
+void Trainer::clear_gradients() {
+  if (!options_.set_grads_to_none()) {
+    optimizer_.zero_grad();
+    return;
+  }
+  for (auto& group : optimizer_.param_groups()) {
+    for (auto& parameter : group.params()) parameter.mutable_grad().reset();
+  }
 }
 
 void Trainer::clip_gradients() {

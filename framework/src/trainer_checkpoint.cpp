@@ -83,7 +83,8 @@ std::string describe_options(const TrainerOptions& options) {
       << "\nval_every_n_steps=" << options.val_every_n_steps() << "\ndevice=" << options.device()
       << "\nseed=" << (options.seed() ? std::to_string(*options.seed()) : "none")
       << "\ngradient_clip_norm=" << options.gradient_clip_norm()
-      << "\ngradient_clip_value=" << options.gradient_clip_value() << "\n";
+      << "\ngradient_clip_value=" << options.gradient_clip_value()
+      << "\nset_grads_to_none=" << options.set_grads_to_none() << "\n";
   return out.str();
 }
 

@@ -209,6 +209,7 @@ BOOST_AUTO_TEST_CASE(one_chart_per_metric_with_one_point_per_value) {
   BOOST_TEST(has_row({"max_epochs", "2", "trainer"}));
   BOOST_TEST(has_row({"max_steps", "-1 (no limit)", "trainer"}));
   BOOST_TEST(has_row({"seed", "5", "trainer"}));
+  BOOST_TEST(has_row({"set_grads_to_none", "true", "trainer"}));
   BOOST_TEST(has_row({"model", "mlp & \"friends\"", "application"}));
   BOOST_TEST(has_row({"batch_size", "4", "application"}));
   BOOST_TEST(rows.back() == (std::vector<std::string>{"batch_size", "4", "application"}),

@@ -62,6 +62,38 @@ BOOST_AUTO_TEST_CASE(trainer_without_callbacks_equals_a_hand_written_loop_bitwis
   BOOST_TEST(!torch::equal(a[0], make_model()->parameters()[0]));  // training did change weights
 }
 
+// Released gradients (the default) and zeroed ones give the same weights, bit for bit, with
+// momentum, weight decay and accumulation; between steps the gradients are undefined or zero.
+BOOST_AUTO_TEST_CASE(released_and_zeroed_gradients_train_the_same_weights) {
+  auto batches = make_batches(6, 8);
+  std::vector<std::vector<at::Tensor>> weights;
+  for (const bool set_to_none : {true, false}) {
+    auto model = make_model();
+    torch::optim::SGD sgd(model->parameters(),
+                          torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
+    Trainer trainer(model, sgd, cross_entropy,
+                    TrainerOptions()
+                        .max_epochs(2)
+                        .accumulate_grad_batches(2)
+                        .set_grads_to_none(set_to_none)
+                        .use_registered_subscriptions(false));
+    std::vector<std::string> between_steps;
+    trainer.on(Event::StepEnd, [&](State& state) {
+      const auto& grad = state.model->parameters()[0].grad();
+      between_steps.push_back(!grad.defined()                               ? "undefined"
+                              : torch::equal(grad, torch::zeros_like(grad)) ? "zero"
+                                                                            : "other");
+    });
+    trainer.fit(batches);
+    BOOST_TEST(between_steps == std::vector<std::string>(6, set_to_none ? "undefined" : "zero"),
+               boost::test_tools::per_element());
+    weights.push_back(model->parameters());
+  }
+  for (std::size_t i = 0; i < weights[0].size(); ++i) {
+    BOOST_TEST(torch::equal(weights[0][i], weights[1][i]));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(clipping_by_norm_bounds_the_global_gradient_norm) {
   auto batches = make_batches(3, 8);
   auto model = make_model();

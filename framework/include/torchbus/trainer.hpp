@@ -169,6 +169,7 @@ class Trainer {
   at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
   at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
   void clip_gradients();
+  void clear_gradients();
   bool distributed() const noexcept;
   void start_process_group();
   void synchronize_gradients();

@@ -31,6 +31,10 @@ struct TrainerOptions {
   TORCH_ARG(double, gradient_clip_norm) = 0.0;
   /// Clip every gradient element to [-value, value] before each optimizer step (0: off).
   TORCH_ARG(double, gradient_clip_value) = 0.0;
+  /// After each optimizer step, release the gradients (undefined, like PyTorch 2's
+  /// `zero_grad(set_to_none=True)`) instead of filling them with zeros (LibTorch 1.13's
+  /// `zero_grad()`): no kernel per parameter, and the next backward writes fresh gradients.
+  TORCH_ARG(bool, set_grads_to_none) = true;
   /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built.
   TORCH_ARG(bool, use_registered_subscriptions) = true;
 
