@@ -2,7 +2,8 @@
 //
 // Variants, each on its own copy of the model (same initial weights) over the same batches:
 //   hand     (a) zero_grad, forward, cross_entropy, backward, step — what users write today
-//   none     (b) Trainer with no subscribers
+//   none     (b) Trainer with no subscribers (it releases gradients after each step instead of
+//                zeroing them, TrainerOptions::set_grads_to_none; --zero-grad: zeroes them too)
 //   typical  (c) Trainer with the built-in SimpleLogger (every 50 steps) and TerminateOnNaN, a
 //                StepEnd lambda, a class callback (on_batch_end + on_step_end), and the metric
 //                history the Trainer records itself; no progress bar
@@ -14,7 +15,8 @@
 // The `torchbus` spdlog logger (SimpleLogger's lines) writes to a file in the temporary directory.
 //
 // Each round runs every variant once for the same number of steps (the order rotates between
-// rounds); the reported time is the median over rounds of the time per optimizer step. With one
+// rounds); the reported time is the median over rounds of the time per optimizer step, the
+// reported ratios the median over rounds of the ratio within the round. With one
 // thread the clock is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID; Python: time.thread_time),
 // which ignores time the process spends descheduled by other load on the machine (and the CPU time
 // of TensorBoardLogger's background writer thread); with more threads, or with --clock wall, it is
@@ -71,7 +73,7 @@ constexpr double kLearningRate = 0.01;
 struct Options {
   int threads = 1;
   int blas_threads = 0;  // 0: same as threads
-  int rounds = 15;
+  int rounds = 25;
   int warmup_rounds = 1;
   int epochs_mlp32 = 8;   // 512 steps per variant per round
   int epochs_mlp784 = 2;  // 128 steps
@@ -79,6 +81,7 @@ struct Options {
   std::vector<std::string> models = {"mlp32", "mlp784"};
   std::vector<std::string> variants = {"hand", "none", "typical", "logging", "python"};
   std::string python_script;  // empty: no python variant
+  bool zero_grad = false;     // Trainer variants zero gradients as the hand loop does
   std::string python_exe = "/usr/bin/python3";
   std::string log_dir;  // empty: a new directory in the temp directory, removed at the end
 };
@@ -88,16 +91,18 @@ struct Options {
       << "usage: " << program << " [options]\n"
       << "  --threads N        torch::set_num_threads and OpenBLAS threads (default 1)\n"
       << "  --blas-threads N   OpenBLAS threads when they should differ from --threads\n"
-      << "  --rounds N         measured rounds (default 15)\n"
+      << "  --rounds N         measured rounds (default 25)\n"
       << "  --warmup N         warm-up rounds, not measured (default 1)\n"
       << "  --epochs-mlp32 N   epochs of 64 batches per variant per round (default 8)\n"
       << "  --epochs-mlp784 N  (default 2)\n"
-      << "  --quick            --rounds 5 --epochs-mlp32 4 --epochs-mlp784 1\n"
+      << "  --quick            --rounds 11 --epochs-mlp32 4 --epochs-mlp784 1\n"
       << "  --clock cpu|wall   what is timed (default: cpu with 1 thread, wall otherwise)\n"
       << "  --models LIST      comma-separated subset of mlp32,mlp784\n"
       << "  --variants LIST    subset of hand,none,typical,logging,python (e.g. for callgrind)\n"
       << "  --python SCRIPT    also run variant (d): SCRIPT is benchmarks/python_loop.py\n"
       << "  --python-exe EXE   interpreter with torch (default /usr/bin/python3)\n"
+      << "  --zero-grad        the Trainer zeroes gradients as the hand loop does\n"
+      << "                     (set_grads_to_none(false)) instead of releasing them\n"
       << "  --log-dir DIR      where the loggers write (CSV, event files, torchbus.log; default:\n"
       << "                     a new directory in the temp directory, removed at the end)\n";
   std::exit(status);
@@ -146,7 +151,7 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--epochs-mlp784") {
       options.epochs_mlp784 = std::max(1, to_int(value(), arg));
     } else if (arg == "--quick") {
-      options.rounds = 5;
+      options.rounds = 11;
       options.epochs_mlp32 = 4;
       options.epochs_mlp784 = 1;
     } else if (arg == "--clock") {
@@ -178,6 +183,8 @@ Options parse(int argc, char** argv) {
       options.python_exe = value();
     } else if (arg == "--log-dir") {
       options.log_dir = value();
+    } else if (arg == "--zero-grad") {
+      options.zero_grad = true;
     } else if (arg == "--help" || arg == "-h") {
       usage(argv[0], 0);
     } else {
@@ -338,13 +345,15 @@ class TrainerLoop final : public Variant {
  public:
   /// The logging variant writes into `log_dir`/<model>-logging.csv and `log_dir`/tb-<model>/.
   TrainerLoop(const ModelSpec& spec, std::vector<Batch>& batches, Subscribers subscribers,
-              const fs::path& log_dir)
+              const fs::path& log_dir, bool zero_grad)
       : model_(make_model(spec)),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
         batches_(batches),
-        trainer_(
-            model_, optimizer_, cross_entropy,
-            torchbus::TrainerOptions().max_epochs(spec.epochs).use_registered_subscriptions(false)),
+        trainer_(model_, optimizer_, cross_entropy,
+                 torchbus::TrainerOptions()
+                     .max_epochs(spec.epochs)
+                     .set_grads_to_none(!zero_grad)
+                     .use_registered_subscriptions(false)),
         epochs_(spec.epochs) {
     if (subscribers == Subscribers::None) return;
     // A lambda on StepEnd.
@@ -612,12 +621,12 @@ int run(const Options& options) {
     auto batches = make_batches(spec);
     std::map<std::string, std::unique_ptr<Variant>> variants;
     variants["hand"] = std::make_unique<HandLoop>(spec, batches);
-    variants["none"] =
-        std::make_unique<TrainerLoop>(spec, batches, Subscribers::None, log_dir.path());
-    variants["typical"] =
-        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical, log_dir.path());
-    variants["logging"] =
-        std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging, log_dir.path());
+    variants["none"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::None,
+                                                     log_dir.path(), options.zero_grad);
+    variants["typical"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical,
+                                                        log_dir.path(), options.zero_grad);
+    variants["logging"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging,
+                                                        log_dir.path(), options.zero_grad);
     std::vector<std::string> order;
     for (const auto* name : {"hand", "none", "typical", "logging"}) {
       if (wanted(name)) order.emplace_back(name);
@@ -687,8 +696,10 @@ int run(const Options& options) {
     return found == times[model].end() ? std::nan("") : median(found->second);
   };
 
-  // Median over rounds of the ratio to the hand loop of the same round (a check on the ratio of
-  // medians: both agree when the machine is quiet).
+  // Median over rounds of the ratio to the base variant in the same round: the headline ratios.
+  // Variants of one round run back to back, so a slow phase of the machine (another process or
+  // guest taking the core for seconds) slows both sides of a ratio; the ratio of the medians over
+  // all rounds can compare a fast phase with a slow one (both agree when the machine is quiet).
   auto paired = [&](const std::string& model, const std::string& variant,
                     const std::string& base = "hand") {
     const auto& runs = times[model][variant];
@@ -717,8 +728,8 @@ int run(const Options& options) {
     }
   }
   std::cout << "(us/st: median per-step time over the rounds; min/max over the rounds; vs hand: "
-               "ratio of medians;\n paired: median of the per-round ratios; last column: the "
-               "other clock)\n"
+               "ratio of medians;\n paired: median of the per-round ratios to the hand loop (the "
+               "name=value ratios are paired); last column: the other clock)\n"
             << "check: C++ variants end the warm-up with identical weights: "
             << (!weights_match   ? "not checked"
                 : *weights_match ? "yes"
@@ -734,20 +745,21 @@ int run(const Options& options) {
   }
   const double hand = us("mlp32", "hand");
   const double typical = us("mlp32", "typical");
-  std::cout << "loop_overhead_ratio_none=" << fixed(us("mlp32", "none") / hand, 4) << '\n'
-            << "loop_overhead_ratio_typical=" << fixed(typical / hand, 4) << '\n'
-            << "logging_overhead_ratio=" << fixed(us("mlp32", "logging") / typical, 4) << '\n'
-            << "python_over_torchbus=" << fixed(us("mlp32", "python") / typical, 4) << '\n'
-            << "python_over_hand=" << fixed(us("mlp32", "python") / hand, 4) << '\n'
-            << "loop_overhead_ratio_typical_mlp784="
-            << fixed(us("mlp784", "typical") / us("mlp784", "hand"), 4) << '\n'
-            << "python_over_torchbus_mlp784="
-            << fixed(us("mlp784", "python") / us("mlp784", "typical"), 4) << '\n'
-            << "loop_overhead_ratio_none_paired=" << fixed(paired("mlp32", "none"), 4) << '\n'
-            << "loop_overhead_ratio_typical_paired=" << fixed(paired("mlp32", "typical"), 4) << '\n'
-            << "logging_overhead_ratio_paired=" << fixed(paired("mlp32", "logging", "typical"), 4)
+  std::cout << "loop_overhead_ratio_none=" << fixed(paired("mlp32", "none"), 4) << '\n'
+            << "loop_overhead_ratio_typical=" << fixed(paired("mlp32", "typical"), 4) << '\n'
+            << "logging_overhead_ratio=" << fixed(paired("mlp32", "logging", "typical"), 4) << '\n'
+            << "python_over_torchbus=" << fixed(paired("mlp32", "python", "typical"), 4) << '\n'
+            << "python_over_hand=" << fixed(paired("mlp32", "python"), 4) << '\n'
+            << "loop_overhead_ratio_typical_mlp784=" << fixed(paired("mlp784", "typical"), 4)
             << '\n'
-            << "python_over_torchbus_paired=" << fixed(paired("mlp32", "python", "typical"), 4)
+            << "python_over_torchbus_mlp784=" << fixed(paired("mlp784", "python", "typical"), 4)
+            << '\n'
+            << "loop_overhead_ratio_none_of_medians=" << fixed(us("mlp32", "none") / hand, 4)
+            << '\n'
+            << "loop_overhead_ratio_typical_of_medians=" << fixed(typical / hand, 4) << '\n'
+            << "logging_overhead_ratio_of_medians=" << fixed(us("mlp32", "logging") / typical, 4)
+            << '\n'
+            << "python_over_torchbus_of_medians=" << fixed(us("mlp32", "python") / typical, 4)
             << '\n'
             << "overhead_us_per_step_none_mlp32=" << fixed(us("mlp32", "none") - hand, 3) << '\n'
             << "overhead_us_per_step_typical_mlp32=" << fixed(typical - hand, 3) << '\n'
