@@ -216,11 +216,16 @@ void CsvLogger::open(bool replace) {
   for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
   lr_col_ = column_index("lr");
   out_.rows->set_width(columns_.size() - kFixedCount);
-  last_flush_ = std::chrono::steady_clock::now();
+  out_.flushed_at = std::chrono::steady_clock::now();
 }
 
 void CsvLogger::on_action_end(State& /*state*/) {
-  flush_rows();
+  try {
+    flush_rows();
+  } catch (...) {
+    out_.file.close();  // the error is thrown once, here
+    throw;
+  }
   if (out_.file.is_open()) out_.file.close();
 }
 
@@ -393,8 +398,12 @@ void CsvLogger::reconcile(const State& state) {
 // ---- rows ---------------------------------------------------------------------------------------
 
 void CsvLogger::on_step_end(State& state) {
-  if (state.update_skipped || state.step % options_.step_freq() != 0) return;
-  write_step_row(state);
+  if (!state.update_skipped && state.step % options_.step_freq() == 0) write_step_row(state);
+  flush_if_due();
+}
+
+void CsvLogger::on_eval_start(State& /*state*/) {
+  flush_rows();  // rows do not wait while the evaluation runs
 }
 
 void CsvLogger::begin_row(const char* kind, const State& state) {
@@ -453,7 +462,6 @@ void CsvLogger::write_step_row(State& state) {
     }
   }
   set_lr(state);
-  end_row();
 }
 
 void CsvLogger::on_epoch_end(State& state) {
@@ -483,12 +491,10 @@ void CsvLogger::on_epoch_end(State& state) {
   flush_rows();
 }
 
-void CsvLogger::end_row() {
-  const auto now = std::chrono::steady_clock::now();
-  if (std::chrono::duration<double>(now - last_flush_).count() >= options_.flush_secs()) {
-    last_flush_ = now;
-    flush_rows();
-  }
+void CsvLogger::flush_if_due() {
+  if (out_.rows->empty()) return;
+  const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - out_.flushed_at;
+  if (waited.count() >= options_.flush_secs()) flush_rows();
 }
 
 void CsvLogger::flush_rows() const {
@@ -505,6 +511,7 @@ void CsvLogger::flush_rows() const {
   out_.rows->format_into(out_.text);
   out_.file << out_.text;
   out_.file.flush();
+  out_.flushed_at = std::chrono::steady_clock::now();
   TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
                  options_.path(), "' failed: ", describe_errno());
 }

@@ -125,6 +125,16 @@ void TensorBoardLogger::on_action_end(State& /*state*/) {
   }
 }
 
+void TensorBoardLogger::save_state(torch::serialize::OutputArchive& /*archive*/) const {
+  if (!writer_) return;
+  hand_over();
+  try {
+    writer_->flush();
+  } catch (const Error& failure) {
+    throw Error(detail::concat(who(), ": ", failure.what()));
+  }
+}
+
 void TensorBoardLogger::on_exception(State& /*state*/) {
   if (!writer_) return;
   try {
@@ -141,7 +151,7 @@ void TensorBoardLogger::write(std::int64_t step, std::vector<SummaryValue> value
 }
 
 void TensorBoardLogger::submit(std::int64_t step, std::vector<SummaryValue> values,
-                               double wall_time) {
+                               double wall_time) const {
   try {
     writer_->add_summary(step, std::move(values), wall_time);
   } catch (const Error& failure) {
@@ -149,7 +159,7 @@ void TensorBoardLogger::submit(std::int64_t step, std::vector<SummaryValue> valu
   }
 }
 
-void TensorBoardLogger::hand_over() {
+void TensorBoardLogger::hand_over() const {
   // One event per step, in the order recorded.
   for (std::size_t first = 0; first < pending_.size();) {
     std::size_t end = first;
@@ -223,7 +233,9 @@ void TensorBoardLogger::on_step_end(State& state) {
   for (auto& tensor : captured_) tensor.reset();
   if (!histogram_values.empty()) {
     write(state.step, std::move(histogram_values));
-  } else if (pending_.size() >= kHandOverValues) {
+  } else if (!pending_.empty() &&
+             (pending_.size() >= kHandOverValues ||
+              pending_.back().wall_time - pending_.front().wall_time >= kHandOverSeconds)) {
     hand_over();
   }
 }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -190,6 +191,28 @@ BOOST_AUTO_TEST_CASE(rows_reach_the_file_at_checkpoints_at_epoch_ends_or_at_once
     BOOST_TEST(at_step_end == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}),
                boost::test_tools::per_element());
   }
+}
+
+// flush_secs is checked at every StepEnd, not only when a row is written: a row is not kept
+// in memory for the many steps until the next logged one.
+BOOST_AUTO_TEST_CASE(rows_are_flushed_once_flush_secs_passed_even_at_steps_without_a_row) {
+  TempDir dir("csv");
+  const auto path = dir.path / "metrics.csv";
+  Run run;
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(2).flush_secs(2.0)));
+  run.trainer.on(Event::BatchStart, [](State& state) {
+    if (state.step == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  });
+  std::vector<std::size_t> rows_at_step_end;
+  run.trainer.on(
+      Event::StepEnd, [&](State&) { rows_at_step_end.push_back(read_csv(path).rows.size()); }, 200);
+  auto train = make_batches(4, 4);
+  run.trainer.fit(train);
+  // Step 2's row waits (less than 2 s since the file was opened), step 3 has no row but comes
+  // more than 2 s later and flushes it.
+  BOOST_TEST(rows_at_step_end == (std::vector<std::size_t>{0, 0, 1, 1}),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {

@@ -201,6 +201,28 @@ BOOST_AUTO_TEST_CASE(scalars_handed_over_in_bursts_keep_every_step_in_order) {
       boost::test_tools::per_element());
 }
 
+// A checkpoint hands the recorded steps to the writer and waits until they are in the file, so a
+// run killed after it keeps every step the checkpoint covers.
+BOOST_AUTO_TEST_CASE(a_checkpoint_writes_every_step_recorded_so_far) {
+  TempDir dir("tensorboard");
+  Run run;
+  auto logger = std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1));
+  run.trainer.add(logger);
+  std::vector<std::int64_t> in_file;
+  run.trainer.on(
+      Event::StepEnd,
+      [&](State& state) {
+        if (state.step != 5) return;
+        run.trainer.checkpoint_bytes();  // after the loggers' StepEnd, as ModelCheckpoint
+        in_file = steps_of(scalars_of(read_events(logger->file()), "train/loss"));
+      },
+      200);
+  auto train = make_batches(8, 4);
+  run.trainer.fit(train);
+  BOOST_TEST(in_file == (std::vector<std::int64_t>{1, 2, 3, 4, 5}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(empty_tensors_to_log_writes_only_the_lr_epochs_and_metrics) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));

@@ -1,7 +1,7 @@
 #pragma once
 
 /// \file
-/// CsvLogger: one CSV row per logged step and one per epoch, flushed row by row.
+/// CsvLogger: one CSV row per logged step and one per epoch, written in bursts.
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
@@ -35,8 +35,9 @@ struct CsvLoggerOptions {
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;
-  /// Rows are buffered and handed to the operating system at least this often, in seconds (>= 0;
-  /// 0: every row), and always at EpochEnd, when a checkpoint is taken and at ActionEnd.
+  /// Rows are buffered and handed to the operating system once this many seconds have passed since
+  /// the last time, checked at every StepEnd (>= 0; 0: every row), and always at EvalStart,
+  /// EpochEnd, ActionEnd and when a checkpoint is taken.
   TORCH_ARG(double, flush_secs) = 1.0;
 
  public:
@@ -72,8 +73,11 @@ class CsvLogger : public Callback {
   void on_action_start(State& state) override;
   /// At the first epoch of an action: drops the rows a resumed run will write again.
   void on_epoch_start(State& state) override;
-  /// Writes a step row when `state.step` is a multiple of `step_freq`.
+  /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
+  /// `flush_secs` have passed since the last flush.
   void on_step_end(State& state) override;
+  /// Flushes the rows, so that they do not wait while the evaluation runs.
+  void on_eval_start(State& state) override;
   /// Writes the epoch row.
   void on_epoch_end(State& state) override;
   /// Closes the file.
@@ -87,7 +91,7 @@ class CsvLogger : public Callback {
   void reconcile(const State& state);
   void write_step_row(State& state);
   void begin_row(const char* kind, const State& state);
-  void end_row();
+  void flush_if_due();
   void flush_rows() const;
   std::size_t column_index(const std::string& name);
   void add_columns(const std::vector<std::string>& names);
@@ -101,13 +105,13 @@ class CsvLogger : public Callback {
     std::unique_ptr<detail::CsvRows> rows;  // recorded, not yet handed to the OS
     std::string text;                       // reused: the rows formatted at a flush
     bool header_pending = false;            // the header goes before the first rows handed over
+    std::chrono::steady_clock::time_point flushed_at;  // rows were last handed to the OS
   };
   mutable Output out_;
   std::vector<std::string> columns_;      // header
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;
-  std::chrono::steady_clock::time_point last_flush_;  // rows were last handed to the OS
-  std::vector<bool> warned_;                          // per tensor name: a problem was reported
+  std::vector<bool> warned_;    // per tensor name: a problem was reported
   bool warned_lr_ = false;      // the learning rate could not be read (reported once)
   bool opened_before_ = false;  // an earlier action of this logger opened the file
   bool reconciled_ = true;      // existing rows were checked against the resume point

@@ -98,6 +98,9 @@ class TensorBoardLogger : public Callback {
   void on_action_end(State& state) override;
   /// Writes what is queued; an error of the writer thread is logged.
   void on_exception(State& state) override;
+  /// Writes no state; writes every step recorded so far, so that a run killed after the
+  /// checkpoint keeps the steps the checkpoint covers (a resumed run writes only later ones).
+  void save_state(torch::serialize::OutputArchive& archive) const override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -110,8 +113,10 @@ class TensorBoardLogger : public Callback {
     std::uint32_t tag;  // index into tags_; tags_.size(): the learning rate
     double value;
   };
-  /// Scalars handed to the writer together, in one burst: about 64 steps of loss and lr.
+  /// Scalars handed to the writer together, in one burst: about 64 steps of loss and lr...
   static constexpr std::size_t kHandOverValues = 128;
+  /// ...or what was recorded in this many seconds, whichever comes first.
+  static constexpr double kHandOverSeconds = 1.0;
 
   void add_tensor(std::vector<SummaryValue>& histogram_values, std::size_t index,
                   const at::Tensor* tensor, bool scalars, bool histograms, const State& state,
@@ -119,8 +124,8 @@ class TensorBoardLogger : public Callback {
   void add_lr(const State& state, double wall_time);
   void write_new_metrics(State& state);
   void write(std::int64_t step, std::vector<SummaryValue> values);
-  void submit(std::int64_t step, std::vector<SummaryValue> values, double wall_time);
-  void hand_over();
+  void submit(std::int64_t step, std::vector<SummaryValue> values, double wall_time) const;
+  void hand_over() const;
   bool due(std::int64_t step) const noexcept;
   bool wanted_metric(const std::string& name) const;
   std::string who() const;
@@ -134,7 +139,8 @@ class TensorBoardLogger : public Callback {
   bool warned_lr_ = false;            // the learning rate could not be read (reported once)
   bool begun_ = false;                // the action's first EpochStart or EvalStart was seen
   std::map<std::string, std::size_t> written_;  // metric -> points already written
-  std::vector<PendingScalar> pending_;          // recorded steps not yet handed to the writer
+  // Recorded steps not yet handed to the writer; mutable: save_state (const) hands them over.
+  mutable std::vector<PendingScalar> pending_;
   Clock::time_point epoch_start_;
 };
 
