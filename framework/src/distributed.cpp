@@ -247,11 +247,16 @@ std::vector<int> ProcessGroup::ranks_with(bool flag) {
 void ProcessGroup::average_gradients(const std::vector<at::Tensor>& parameters,
                                      at::Tensor& piggyback) {
   if (!backend_) return;
+  // Per parameter, the ranks that computed its gradient (summed with the last bucket): a gradient
+  // no rank computed is left undefined afterwards, as on one process, not turned into zeros that
+  // momentum and weight decay would act on.
+  auto computed = torch::zeros({static_cast<std::int64_t>(parameters.size())});
   std::vector<at::Tensor> gradients;
   gradients.reserve(parameters.size());
-  for (const auto& parameter : parameters) {
-    auto& gradient = parameter.mutable_grad();
-    if (!gradient.defined()) gradient = torch::zeros_like(parameter);
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    auto& gradient = parameters[i].mutable_grad();
+    computed.data_ptr<float>()[i] = gradient.defined() ? 1.0F : 0.0F;
+    if (!gradient.defined()) gradient = torch::zeros_like(parameters[i]);
     gradients.push_back(gradient);
   }
   const auto scale = 1.0 / static_cast<double>(world_size());
@@ -261,7 +266,10 @@ void ProcessGroup::average_gradients(const std::vector<at::Tensor>& parameters,
     std::vector<at::Tensor> pieces;
     for (std::size_t i = begin; i < end; ++i) pieces.push_back(gradients[i].reshape(-1));
     const auto dtype = pieces.empty() ? piggyback.scalar_type() : pieces.front().scalar_type();
-    if (last) pieces.push_back(piggyback.reshape(-1).to(dtype));
+    if (last) {
+      pieces.push_back(piggyback.reshape(-1).to(dtype));
+      pieces.push_back(computed.to(dtype));
+    }
     auto flat = torch::cat(pieces);
     all_reduce(flat);
     ++gradient_all_reduces_;
@@ -271,7 +279,13 @@ void ProcessGroup::average_gradients(const std::vector<at::Tensor>& parameters,
       gradients[i].copy_(flat.narrow(0, offset, count).view_as(gradients[i]).mul_(scale));
       offset += count;
     }
-    if (last) piggyback.copy_(flat.narrow(0, offset, piggyback.numel()).view_as(piggyback));
+    if (last) {
+      piggyback.copy_(flat.narrow(0, offset, piggyback.numel()).view_as(piggyback));
+      computed.copy_(flat.narrow(0, offset + piggyback.numel(), computed.numel()));
+    }
+  }
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    if (computed.data_ptr<float>()[i] == 0.0F) parameters[i].mutable_grad().reset();
   }
 }
 

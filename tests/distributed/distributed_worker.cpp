@@ -5,7 +5,8 @@
 //
 // Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
 // stop_rank/stop_step (request a stop there), throw_rank/throw_step (throw there),
-// save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from).
+// save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
+// unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay).
 
 #include <torch/torch.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
@@ -73,11 +74,15 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   torch::manual_seed(3);
   torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(),
                               torch::nn::Linear(16, 4));
+  const bool unused = number(args, "unused", 0) != 0;
+  if (unused) model->register_parameter("unused", torch::ones({3}));
   if (rank != 0) {
     torch::NoGradGuard no_grad;
     for (auto& parameter : model->parameters()) parameter.add_(1.0);  // broadcast must undo this
   }
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD optimizer(
+      model->parameters(),
+      torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(unused ? 0.01 : 0.0));
   torchbus::Trainer trainer(
       model, optimizer,
       [](const at::Tensor& output, const at::Tensor& target) {

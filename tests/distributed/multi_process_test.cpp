@@ -99,6 +99,27 @@ BOOST_AUTO_TEST_CASE(two_mpirun_ranks_match_one_process_with_twice_the_batch) {
   check_two_ranks_match_one_process(3, mpirun_pair());
 }
 
+// A parameter no rank computes a gradient for keeps an undefined one, as on one process: weight
+// decay does not shrink it (a zero gradient would let it).
+BOOST_AUTO_TEST_CASE(a_parameter_without_gradient_on_every_rank_is_left_alone) {
+  TempDir single("distributed");
+  TempDir pair("distributed");
+  const auto one = run_torchrun_style(
+      kWorker, {"out=" + single.path.string(), "batch=16", "unused=1"}, 1, free_port());
+  BOOST_REQUIRE_EQUAL(one.exit_codes, std::vector<int>{0});
+  const auto two = run_torchrun_style(kWorker, {"out=" + pair.path.string(), "batch=8", "unused=1"},
+                                      2, free_port());
+  BOOST_REQUIRE_MESSAGE(
+      two.exit_codes == std::vector<int>(2, 0),
+      read_text(pair.path / "rank0.error") + read_text(pair.path / "rank1.error"));
+  const auto reference = load_parameters(single.path / "rank0.params");
+  const auto rank0 = load_parameters(pair.path / "rank0.params");
+  BOOST_TEST(all_close(rank0, reference, 1e-5));
+  BOOST_TEST_REQUIRE(rank0.size() == 5u);
+  BOOST_TEST(torch::equal(rank0.front(), torch::ones({3})));  // the Sequential's own, first
+  BOOST_TEST(torch::equal(reference.front(), torch::ones({3})));
+}
+
 BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_stops_both_at_the_same_step) {
   TempDir out("distributed");
   const auto launch = run_torchrun_style(
