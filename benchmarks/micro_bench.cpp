@@ -102,14 +102,16 @@ void BM_EmptyLoop(benchmark::State& bench) {
 }
 BENCHMARK(BM_EmptyLoop);
 
-/// EventBus::emit of StepEnd with n lambda subscribers.
-void BM_Emit(benchmark::State& bench) {
+/// EventBus::emit of StepEnd with n lambda subscribers, under `observer` when given; returns the
+/// number of subscriber calls made.
+std::int64_t run_emit(benchmark::State& bench, torchbus::DispatchObserver* observer) {
   const auto subscribers = bench.range(0);
   EventBus bus;
   State state;
   for (std::int64_t i = 0; i < subscribers; ++i) {
     bus.on(Event::StepEnd, [](State& s) { ++s.eval_batch; });
   }
+  if (observer != nullptr) bus.set_observer(observer);
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);
@@ -117,10 +119,16 @@ void BM_Emit(benchmark::State& bench) {
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
-  if (state.eval_batch != static_cast<std::int64_t>(bench.iterations()) * subscribers) {
+  bench.counters["subscribers"] = static_cast<double>(subscribers);
+  return state.eval_batch;
+}
+
+/// EventBus::emit of StepEnd with n lambda subscribers.
+void BM_Emit(benchmark::State& bench) {
+  const auto calls = run_emit(bench, nullptr);
+  if (calls != static_cast<std::int64_t>(bench.iterations()) * bench.range(0)) {
     bench.SkipWithError("subscribers did not all run");
   }
-  bench.counters["subscribers"] = static_cast<double>(subscribers);
 }
 BENCHMARK(BM_Emit)->Arg(0)->Arg(1)->Arg(8)->Arg(32);
 
@@ -161,25 +169,11 @@ class SummingObserver : public torchbus::DispatchObserver {
 /// BM_Emit with a DispatchObserver installed: what observing (e.g. the Profiler) adds per
 /// subscriber call, two steady_clock reads and one virtual call.
 void BM_EmitObserved(benchmark::State& bench) {
-  const auto subscribers = bench.range(0);
-  EventBus bus;
-  State state;
   SummingObserver observer;
-  for (std::int64_t i = 0; i < subscribers; ++i) {
-    bus.on(Event::StepEnd, [](State& s) { ++s.eval_batch; });
-  }
-  bus.set_observer(&observer);
-  const auto allocations_before = allocations();
-  for (auto _ : bench) {
-    benchmark::DoNotOptimize(&state);
-    bus.emit(Event::StepEnd, state);
-    benchmark::ClobberMemory();
-  }
-  report_allocations(bench, allocations_before);
-  if (observer.calls != static_cast<std::int64_t>(bench.iterations()) * subscribers) {
+  run_emit(bench, &observer);
+  if (observer.calls != static_cast<std::int64_t>(bench.iterations()) * bench.range(0)) {
     bench.SkipWithError("calls were not all observed");
   }
-  bench.counters["subscribers"] = static_cast<double>(subscribers);
 }
 BENCHMARK(BM_EmitObserved)->Arg(1)->Arg(8)->Arg(32);
 
