@@ -290,7 +290,7 @@ void Trainer::run_batch(Batch& batch) {
     if (!state_.cancelled) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
-      scaled.backward();
+      backward(scaled);
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.
       window_loss_ = window == 1              ? loss
                      : window_loss_.defined() ? window_loss_ + scaled.detach()
@@ -301,6 +301,20 @@ void Trainer::run_batch(Batch& batch) {
   }
   close();  // BatchEnd
   state_.tensors.clear(Scope::Batch);
+}
+
+// LibTorch's `Tensor::backward()` allocates and fills a tensor of ones for every call; the trainer
+// keeps one while the loss keeps its shape, dtype and device. Autograd only reads it (a leaf that
+// receives it copies it, as the trainer still holds it); should a backward function write to it
+// in place anyway, its version counter moved and a fresh one is made.
+void Trainer::backward(const at::Tensor& loss) {
+  if (!backward_seed_.defined() || backward_seed_._version() != backward_seed_version_ ||
+      !backward_seed_.is_same_size(loss) || backward_seed_.scalar_type() != loss.scalar_type() ||
+      backward_seed_.device() != loss.device()) {
+    backward_seed_ = at::ones_like(loss, at::MemoryFormat::Contiguous);
+    backward_seed_version_ = backward_seed_._version();
+  }
+  torch::autograd::backward({loss}, {backward_seed_});
 }
 
 void Trainer::clear_gradients() {

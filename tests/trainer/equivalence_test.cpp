@@ -94,6 +94,61 @@ BOOST_AUTO_TEST_CASE(released_and_zeroed_gradients_train_the_same_weights) {
   }
 }
 
+namespace {
+/// Identity whose backward doubles the incoming gradient in place: it writes to the tensor
+/// backward starts from.
+struct DoubleGradientInPlace : torch::autograd::Function<DoubleGradientInPlace> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& input) {
+    return input.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list gradients) {
+    gradients[0].mul_(2.0);
+    return {gradients[0]};
+  }
+};
+
+/// A train step whose loss changes shape and dtype from batch to batch and passes through
+/// DoubleGradientInPlace.
+at::Tensor changing_loss(torch::nn::Sequential& model, const Batch& batch, std::int64_t index) {
+  auto loss = DoubleGradientInPlace::apply(cross_entropy(model->forward(batch.data), batch.target));
+  if (index % 3 == 1) return loss.reshape({1, 1});
+  if (index % 3 == 2) return loss.to(torch::kDouble);
+  return loss;
+}
+}  // namespace
+
+// The trainer starts every backward from ones, as `loss.backward()` does, also when the loss
+// changes shape or dtype and when a backward function writes to the gradient it receives.
+BOOST_AUTO_TEST_CASE(every_backward_starts_from_ones_like_the_loss) {
+  auto batches = make_batches(6, 8);
+
+  auto trained_model = make_model();
+  torch::optim::SGD trained_sgd(trained_model->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer(trained_model, trained_sgd, cross_entropy,
+                  TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  std::int64_t index = 0;
+  trainer.set_train_step(
+      [&](Trainer&, Batch& batch) { return changing_loss(trained_model, batch, index++); });
+  trainer.fit(batches);
+
+  auto hand_model = make_model();
+  torch::optim::SGD hand_sgd(hand_model->parameters(), torch::optim::SGDOptions(0.1));
+  std::int64_t hand_index = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const auto& batch : batches) {
+      hand_sgd.zero_grad();
+      changing_loss(hand_model, batch, hand_index++).backward();
+      hand_sgd.step();
+    }
+  }
+
+  BOOST_TEST(index == 12);
+  const auto a = trained_model->parameters();
+  const auto b = hand_model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+}
+
 BOOST_AUTO_TEST_CASE(clipping_by_norm_bounds_the_global_gradient_norm) {
   auto batches = make_batches(3, 8);
   auto model = make_model();

@@ -9,6 +9,7 @@
 #include <torchbus/bus.hpp>
 #include <torchbus/trainer_options.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -168,6 +169,7 @@ class Trainer {
   void run_batch(Batch& batch);
   at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
   at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
+  void backward(const at::Tensor& loss);
   void clip_gradients();
   void clear_gradients();
   bool distributed() const noexcept;
@@ -203,6 +205,8 @@ class Trainer {
   std::size_t window_used_ = 0;
   at::Tensor window_loss_;  // mean loss of the current step's batches
   bool window_has_backward_ = false;
+  at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from
+  std::int64_t backward_seed_version_ = 0;  // its version counter when it was made
   bool running_ = false;         // inside fit() or evaluate()
   bool in_window_ = false;       // between StepStart and the end of the optimizer step
   bool epoch_finished_ = false;  // during EpochEnd: a checkpoint resumes at the next epoch
