@@ -207,8 +207,8 @@ class Trainer {
   bool window_has_backward_ = false;
   at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from
   std::int64_t backward_seed_version_ = 0;  // its version counter when it was made
-  bool running_ = false;         // inside fit() or evaluate()
-  bool in_window_ = false;       // between StepStart and the end of the optimizer step
+  bool running_ = false;                    // inside fit() or evaluate()
+  bool in_window_ = false;                  // between StepStart and the end of the optimizer step
   bool epoch_finished_ = false;  // during EpochEnd: a checkpoint resumes at the next epoch
   std::optional<std::filesystem::path> resume_path_;  // applied by the next fit()
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
