@@ -59,13 +59,23 @@ def make_batches(inputs, classes, batch, count, seed):
     ]
 
 
+class Mlp(torch.nn.Module):
+    """The model of loop_bench.cpp's `Mlp`: two linear layers with a ReLU between them."""
+
+    def __init__(self, inputs, hidden, classes):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(inputs, hidden)
+        self.fc2 = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
 class Workload:
     def __init__(self, name):
         inputs, hidden, classes, batch = MODELS[name]
         torch.manual_seed(SEED)
-        self.model = torch.nn.Sequential(
-            torch.nn.Linear(inputs, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, classes)
-        )
+        self.model = Mlp(inputs, hidden, classes)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.batches = make_batches(inputs, classes, batch, BATCHES_PER_EPOCH, SEED)
 
