@@ -488,7 +488,7 @@ void CsvLogger::on_epoch_end(State& state) {
     set_cell(column_index(metric), state.metrics.latest(metric).value);
   }
   set_lr(state);
-  flush_rows();
+  flush_if_due();
 }
 
 void CsvLogger::flush_if_due() {

@@ -36,8 +36,8 @@ struct CsvLoggerOptions {
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;
   /// Rows are buffered and handed to the operating system once this many seconds have passed since
-  /// the last time, checked at every StepEnd (>= 0; 0: every row), and always at EvalStart,
-  /// EpochEnd, ActionEnd and when a checkpoint is taken.
+  /// the last time, checked at every StepEnd and EpochEnd (>= 0; 0: every row), and always at
+  /// EvalStart, ActionEnd and when a checkpoint is taken.
   TORCH_ARG(double, flush_secs) = 1.0;
 
  public:
@@ -48,8 +48,8 @@ struct CsvLoggerOptions {
 /// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
 /// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
 /// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
-/// metrics in the order they first appear. Rows are flushed every `flush_secs`, at each EpochEnd
-/// and before a checkpoint is written, so a killed run loses no row its checkpoint covers. See
+/// metrics in the order they first appear. Rows are flushed every `flush_secs`, at the end and
+/// before a checkpoint is written, so a killed run loses no row its checkpoint covers. See
 /// docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
 class CsvLogger : public Callback {
  public:
