@@ -610,9 +610,10 @@ int run(const Options& options) {
 
   std::vector<ModelSpec> specs;
   for (const auto& model : options.models) {
-    if (model == "mlp32") specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32, options.rounds_mlp32});
-    if (model == "mlp784") specs.push_back(
-          {"mlp784", 784, 256, 10, 64, options.epochs_mlp784, options.rounds_mlp784});
+    if (model == "mlp32")
+      specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32, options.rounds_mlp32});
+    if (model == "mlp784")
+      specs.push_back({"mlp784", 784, 256, 10, 64, options.epochs_mlp784, options.rounds_mlp784});
   }
   const LogDirectory log_dir(options.log_dir);
 
