@@ -307,9 +307,11 @@ void Trainer::run_batch(Batch& batch) {
 }
 
 // LibTorch's `Tensor::backward()` allocates and fills a tensor of ones for every call; the trainer
-// keeps one while the loss keeps its shape, dtype and device. Autograd only reads it (a leaf that
-// receives it copies it, as the trainer still holds it); should a backward function write to it
-// in place anyway, its version counter moved and a fresh one is made.
+// keeps one while the loss keeps its shape, dtype and device and nothing else holds its memory.
+// Should a backward function write to it in place, its version counter moved; should a gradient
+// keep a view of it (a leaf reached through view functions only, e.g. `loss + p.squeeze()`, takes
+// the gradient it receives), its storage has another owner, which may write to it later through
+// `.data()` (gradient clipping does). Either way the next backward gets a fresh one.
 void Trainer::backward(const at::Tensor& loss) {
   if (!backward_seed_.defined() || backward_seed_._version() != backward_seed_version_ ||
       !backward_seed_.is_same_size(loss) || backward_seed_.scalar_type() != loss.scalar_type() ||
@@ -318,6 +320,7 @@ void Trainer::backward(const at::Tensor& loss) {
     backward_seed_version_ = backward_seed_._version();
   }
   torch::autograd::backward({loss}, {backward_seed_});
+  if (backward_seed_.storage().use_count() != 1) backward_seed_.reset();
 }
 
 void Trainer::clear_gradients() {

@@ -149,6 +149,46 @@ BOOST_AUTO_TEST_CASE(every_backward_starts_from_ones_like_the_loss) {
   for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
 }
 
+// A parameter reached from the loss through view functions only keeps a view of the tensor
+// backward starts from as its gradient; clipping then writes to it through `.data()`. The next
+// backward must still start from ones.
+BOOST_AUTO_TEST_CASE(a_gradient_that_is_a_view_of_the_seed_does_not_change_the_next_backward) {
+  auto batches = make_batches(4, 8);
+  const auto train = [&](bool by_trainer) {
+    auto model = make_model();
+    const auto offset = model->register_parameter("offset", torch::full({1}, 0.5));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    const auto loss_of = [&](const Batch& batch) {
+      return cross_entropy(model->forward(batch.data), batch.target) + offset.squeeze();
+    };
+    if (by_trainer) {
+      Trainer trainer(
+          model, sgd, cross_entropy,
+          TrainerOptions().max_epochs(2).gradient_clip_value(0.05).use_registered_subscriptions(
+              false));
+      trainer.set_train_step([&](Trainer&, Batch& batch) { return loss_of(batch); });
+      trainer.fit(batches);
+    } else {
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        for (const auto& batch : batches) {
+          sgd.zero_grad();
+          loss_of(batch).backward();
+          torch::nn::utils::clip_grad_value_(model->parameters(), 0.05);
+          sgd.step();
+        }
+      }
+    }
+    return model->named_parameters();
+  };
+  const auto trained = train(true);
+  const auto by_hand = train(false);
+  BOOST_TEST_REQUIRE(trained.size() == by_hand.size());
+  for (const auto& item : trained) BOOST_TEST(torch::equal(item.value(), by_hand[item.key()]));
+  // Each step clips the offset's gradient of 1 to 0.05.
+  BOOST_TEST(trained["offset"].item<double>() == 0.5 - 8 * 0.1 * 0.05,
+             boost::test_tools::tolerance(1e-6));
+}
+
 BOOST_AUTO_TEST_CASE(clipping_by_norm_bounds_the_global_gradient_norm) {
   auto batches = make_batches(3, 8);
   auto model = make_model();
