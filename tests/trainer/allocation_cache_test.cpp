@@ -58,18 +58,19 @@ BOOST_AUTO_TEST_CASE(memory_allocated_through_the_cache_outlives_it) {
 
 BOOST_AUTO_TEST_CASE(large_tensors_and_memory_beyond_the_limit_are_not_cached) {
   const CpuAllocationCache cache;
+  constexpr auto kLargest = static_cast<std::int64_t>(CpuAllocationCache::kMaxBlockBytes);
+  // One byte more than kMaxBlockBytes goes back to the previous allocator...
+  const auto before_larger = CpuAllocationCache::cached_bytes();
+  { auto larger = torch::zeros({kLargest + 1}, torch::kUInt8); }
+  BOOST_TEST(CpuAllocationCache::cached_bytes() == before_larger);
+  // ... a tensor of kMaxBlockBytes is cached.
   {
-    auto large = torch::zeros({static_cast<std::int64_t>(CpuAllocationCache::kMaxBlockBytes)},
-                              torch::kUInt8);
+    auto large = torch::zeros({kLargest}, torch::kUInt8);
     large.add_(1);
-    BOOST_TEST(large.sum().item<std::int64_t>() ==
-               static_cast<std::int64_t>(CpuAllocationCache::kMaxBlockBytes));
-  }
-  {
-    auto larger = torch::zeros({static_cast<std::int64_t>(CpuAllocationCache::kMaxBlockBytes) + 1},
-                               torch::kUInt8);
+    BOOST_TEST(large.sum().item<std::int64_t>() == kLargest);
   }
   const auto after_large = CpuAllocationCache::cached_bytes();
+  BOOST_TEST(after_large >= before_larger + CpuAllocationCache::kMaxBlockBytes);
   // 100 tensors of 1 MiB held at once, then freed: only up to the per-thread limit is kept.
   std::vector<at::Tensor> many;
   for (int i = 0; i < 100; ++i) many.push_back(torch::empty({1 << 18}));  // 1 MiB each
