@@ -288,7 +288,6 @@ void RunReport::on_added(Trainer& trainer) {
       {"gradient_clip_norm", with_meaning(options.gradient_clip_norm(), "off")},
       {"gradient_clip_value", with_meaning(options.gradient_clip_value(), "off")},
       {"set_grads_to_none", options.set_grads_to_none() ? "true" : "false"},
-      {"cache_cpu_allocations", options.cache_cpu_allocations() ? "true" : "false"},
   };
 }
 

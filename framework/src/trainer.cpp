@@ -1,7 +1,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/control.hpp>
-#include <torchbus/cpu_allocation_cache.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -111,8 +110,6 @@ void Trainer::ensure_idle() const {
 template <typename Body>
 void Trainer::run_action(Body&& body) {
   ensure_idle();
-  std::optional<CpuAllocationCache> allocation_cache;
-  if (options_.cache_cpu_allocations()) allocation_cache.emplace();
   running_ = true;
   struct Finish {
     bool& running;

@@ -10,7 +10,6 @@
 #include <torchbus/checkpoint_file.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/control.hpp>
-#include <torchbus/cpu_allocation_cache.hpp>
 #include <torchbus/crc32c.hpp>
 #include <torchbus/decorators.hpp>
 #include <torchbus/distributed.hpp>

@@ -35,9 +35,6 @@ struct TrainerOptions {
   /// `zero_grad(set_to_none=True)`) instead of filling them with zeros (LibTorch 1.13's
   /// `zero_grad()`): no kernel per parameter, and the next backward writes fresh gradients.
   TORCH_ARG(bool, set_grads_to_none) = true;
-  /// During `fit`/`evaluate`, serve CPU tensors of up to 1 MiB from a per-thread cache of freed
-  /// blocks instead of malloc (a CpuAllocationCache): same results, fewer allocator calls.
-  TORCH_ARG(bool, cache_cpu_allocations) = true;
   /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built.
   TORCH_ARG(bool, use_registered_subscriptions) = true;
 
