@@ -7,7 +7,9 @@
 #include <torchbus/trainer.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 namespace torchbus {
@@ -60,19 +62,42 @@ void ModelCheckpoint::on_action_start(State&) {
 
 void ModelCheckpoint::on_step_end(State& state) {
   const auto every = options_.every_n_steps();
-  if (every > 0 && !state.update_skipped && state.step % every == 0) save(state);
+  if (every <= 0 || state.update_skipped || state.step % every != 0) return;
+  // A validation belongs to this step: the checkpoint waits for it, so its score is current.
+  if (state.validation_follows) {
+    pending_ = true;
+  } else {
+    save(state, /*at_epoch_end=*/false);
+  }
+}
+
+void ModelCheckpoint::on_epoch_start(State&) {
+  in_fit_ = true;
+}
+
+void ModelCheckpoint::on_eval_end(State& state) {
+  if (!in_fit_) return;  // evaluate(), not a validation of fit()
+  ++evaluations_;
+  if (pending_) save(state, /*at_epoch_end=*/false);
 }
 
 void ModelCheckpoint::on_epoch_end(State& state) {
   const auto every = options_.every_n_epochs();
-  if (every > 0 && (state.epoch + 1) % every == 0) save(state);
+  const bool due = every > 0 && (state.epoch + 1) % every == 0;
+  // This step's checkpoint, taken before the epoch's validation, is taken again with its score.
+  const bool rescore = state.step == last_saved_step_ && evaluations_ != last_saved_evaluations_;
+  if (due || pending_ || rescore) save(state, /*at_epoch_end=*/true);
 }
 
 void ModelCheckpoint::on_action_end(State& state) {
-  if (!state.error && state.training && state.stop_requested() && options_.save_on_stop() &&
-      state.step != last_saved_step_) {
-    save(state);
+  const bool failed = static_cast<bool>(state.error);
+  if (!failed && in_fit_ &&
+      (pending_ ||
+       (state.stop_requested() && options_.save_on_stop() && state.step != last_saved_step_))) {
+    save(state, /*at_epoch_end=*/false);
   }
+  pending_ = false;
+  in_fit_ = false;
   flush();
 }
 
@@ -88,19 +113,30 @@ void ModelCheckpoint::flush() {
   if (writer_) writer_->flush();
 }
 
-double ModelCheckpoint::score_of(const State& state) const {
+std::optional<double> ModelCheckpoint::score_of(const State& state) {
   const auto& monitor = options_.monitor();
   if (monitor.empty()) return -static_cast<double>(state.step);  // newest first
-  TORCHBUS_CHECK(state.metrics.contains(monitor), ConfigError, "ModelCheckpoint monitors '",
-                 monitor, "', which is not in the metric history; recorded: ",
-                 detail::join_or_none(state.metrics.names()));
+  if (!state.metrics.contains(monitor)) {
+    if (!warned_unranked_) {
+      logger()->warn(
+          "ModelCheckpoint monitors '{}', which is not in the metric history yet (recorded: {}); "
+          "checkpoints taken before it exists are kept unranked, newest first",
+          monitor, detail::join_or_none(state.metrics.names()));
+      warned_unranked_ = true;
+    }
+    return std::nullopt;
+  }
   const double value = state.metrics.latest(monitor).value;
   return options_.mode() == Mode::Min ? value : -value;
 }
 
-void ModelCheckpoint::save(State& state) {
-  if (state.step == last_saved_step_ && state.epoch == last_saved_epoch_) return;
-  const double score = score_of(state);
+void ModelCheckpoint::save(State& state, bool at_epoch_end) {
+  pending_ = false;
+  if (state.step == last_saved_step_ && state.epoch == last_saved_epoch_ &&
+      evaluations_ == last_saved_evaluations_ && (!at_epoch_end || last_saved_at_epoch_end_)) {
+    return;
+  }
+  const auto score = score_of(state);
   char name[64];
   std::snprintf(name, sizeof name, "epoch-%03lld-step-%06lld%s",
                 static_cast<long long>(state.epoch), static_cast<long long>(state.step),
@@ -114,10 +150,12 @@ void ModelCheckpoint::save(State& state) {
   }
   last_saved_step_ = state.step;
   last_saved_epoch_ = state.epoch;
+  last_saved_evaluations_ = evaluations_;
+  last_saved_at_epoch_end_ = at_epoch_end;
   kept_.erase(
       std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
       kept_.end());
-  kept_.push_back(Kept{path, score, state.step});
+  kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
   if (options_.save_last()) {
     flush();  // the link must never point at a file still being written
     link_last(path);
@@ -126,8 +164,12 @@ void ModelCheckpoint::save(State& state) {
 }
 
 void ModelCheckpoint::prune() {
-  std::stable_sort(kept_.begin(), kept_.end(),
-                   [](const Kept& a, const Kept& b) { return a.score < b.score; });
+  // Ranked by score (lower is better), then the unranked ones newest first.
+  std::stable_sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) {
+    const bool a_ranked = !std::isnan(a.score), b_ranked = !std::isnan(b.score);
+    if (a_ranked != b_ranked) return a_ranked;
+    return a_ranked ? a.score < b.score : a.step > b.step;
+  });
   const auto keep = options_.save_top_k();
   if (keep < 0 || static_cast<std::int64_t>(kept_.size()) <= keep) return;
   flush();
@@ -161,6 +203,18 @@ std::vector<fs::path> ModelCheckpoint::kept() const {
   std::vector<fs::path> paths;
   for (const auto& k : kept_) paths.push_back(k.path);
   return paths;
+}
+
+std::vector<ModelCheckpoint::KeptCheckpoint> ModelCheckpoint::kept_checkpoints() const {
+  std::vector<KeptCheckpoint> out;
+  for (const auto& k : kept_) {
+    std::optional<double> value;
+    if (!options_.monitor().empty() && !std::isnan(k.score)) {
+      value = options_.mode() == Mode::Min ? k.score : -k.score;
+    }
+    out.push_back(KeptCheckpoint{k.path, value, k.step});
+  }
+  return out;
 }
 
 void ModelCheckpoint::save_state(torch::serialize::OutputArchive& archive) const {

@@ -6,10 +6,14 @@
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
 #include <vector>
 
 namespace torchbus {
@@ -18,7 +22,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'T', 'B', 'C', 'K', 'P', 'T', '\r', '\n'};
-constexpr std::size_t kHeaderSize = 8 + 4 + 8 + 8 + 4;  // magic, version, step, size, crc
+// Version 2: magic, version, step, identity size, identity, payload size, CRC of all before it
+// and of the payload. Version 1: magic, version, step, payload size, CRC of the payload only.
+constexpr std::size_t kFixedHeaderSize = 8 + 4 + 8 + 4 + 8 + 4;
+constexpr std::size_t kVersion1HeaderSize = 8 + 4 + 8 + 8 + 4;
+constexpr std::size_t kMaxIdentitySize = 1 << 20;
 constexpr const char* kTemporaryMarker = ".tmp-";
 
 template <typename Integer>
@@ -61,13 +69,17 @@ void fsync_path(const fs::path& path, int flags) {
 
 }  // namespace
 
-std::string frame_checkpoint(const std::string& payload, std::int64_t step) {
+std::string frame_checkpoint(const std::string& payload, std::int64_t step,
+                             const std::string& identity) {
   std::string framed(kMagic, sizeof(kMagic));
-  framed.reserve(kHeaderSize + payload.size());
+  framed.reserve(kFixedHeaderSize + identity.size() + payload.size());
   put<std::uint32_t>(framed, kCheckpointFormatVersion);
   put<std::int64_t>(framed, step);
+  put<std::uint32_t>(framed, static_cast<std::uint32_t>(identity.size()));
+  framed += identity;
   put<std::uint64_t>(framed, payload.size());
-  put<std::uint32_t>(framed, crc32c(payload.data(), payload.size()));
+  put<std::uint32_t>(framed,
+                     crc32c(payload.data(), payload.size(), crc32c(framed.data(), framed.size())));
   framed += payload;
   return framed;
 }
@@ -77,27 +89,42 @@ std::string read_checkpoint_payload(const fs::path& path, CheckpointHeader* head
   TORCHBUS_CHECK(in.good(), CheckpointError, "cannot open checkpoint ", path.string(),
                  fs::exists(path) ? " (unreadable)" : " (no such file)");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  TORCHBUS_CHECK(bytes.size() >= kHeaderSize && std::memcmp(bytes.data(), kMagic, 8) == 0,
+  TORCHBUS_CHECK(bytes.size() >= kVersion1HeaderSize && std::memcmp(bytes.data(), kMagic, 8) == 0,
                  CheckpointError, "checkpoint ", path.string(),
                  " is not a torchbus checkpoint (no header; truncated to ", bytes.size(),
                  " bytes or another kind of file)");
   const auto version = get<std::uint32_t>(bytes.data() + 8);
-  TORCHBUS_CHECK(version == kCheckpointFormatVersion, CheckpointError, "checkpoint ", path.string(),
-                 " has format version ", version, "; this torchbus reads version ",
-                 kCheckpointFormatVersion);
-  const auto size = get<std::uint64_t>(bytes.data() + 20);
-  TORCHBUS_CHECK(bytes.size() - kHeaderSize == size, CheckpointError, "checkpoint ", path.string(),
+  TORCHBUS_CHECK(version == 1 || version == kCheckpointFormatVersion, CheckpointError,
+                 "checkpoint ", path.string(), " has format version ", version,
+                 "; this torchbus reads versions 1 to ", kCheckpointFormatVersion);
+  std::size_t offset = 20;
+  std::string identity;
+  if (version >= 2) {
+    const auto identity_size = get<std::uint32_t>(bytes.data() + offset);
+    TORCHBUS_CHECK(
+        identity_size <= kMaxIdentitySize && bytes.size() >= kFixedHeaderSize + identity_size,
+        CheckpointError, "checkpoint ", path.string(),
+        " is corrupt or truncated: its header announces a run identity of ", identity_size,
+        " bytes in a file of ", bytes.size());
+    identity = bytes.substr(offset + 4, identity_size);
+    offset += 4 + identity_size;
+  }
+  const auto size = get<std::uint64_t>(bytes.data() + offset);
+  const auto header_size = offset + 8 + 4;
+  TORCHBUS_CHECK(bytes.size() - header_size == size, CheckpointError, "checkpoint ", path.string(),
                  " is truncated or padded: its header announces ", size,
-                 " payload bytes, the file holds ", bytes.size() - kHeaderSize);
-  const auto expected_crc = get<std::uint32_t>(bytes.data() + 28);
-  const auto crc = crc32c(bytes.data() + kHeaderSize, size);
+                 " payload bytes, the file holds ", bytes.size() - header_size);
+  const auto expected_crc = get<std::uint32_t>(bytes.data() + offset + 8);
+  const auto header_crc = version >= 2 ? crc32c(bytes.data(), offset + 8) : 0;
+  const auto crc = crc32c(bytes.data() + header_size, size, header_crc);
   TORCHBUS_CHECK(crc == expected_crc, CheckpointError, "checkpoint ", path.string(),
                  " is corrupt: its CRC-32C is ", crc, ", the header says ", expected_crc);
   if (header != nullptr) {
     header->format_version = version;
     header->step = get<std::int64_t>(bytes.data() + 12);
+    header->identity = std::move(identity);
   }
-  return bytes.substr(kHeaderSize);
+  return bytes.substr(header_size);
 }
 
 void write_file_atomically(const fs::path& path, const std::string& bytes) {
@@ -135,34 +162,68 @@ int remove_stale_temporaries(const fs::path& directory) {
   return removed;
 }
 
-std::optional<fs::path> newest_valid_checkpoint(const fs::path& directory) {
-  TORCHBUS_CHECK(fs::is_directory(directory), CheckpointError, "cannot resume from ",
-                 directory.string(), ": not a directory");
-  std::vector<fs::path> candidates;
-  for (const auto& entry : fs::directory_iterator(directory)) {
-    if (entry.is_regular_file() && entry.path().extension() == kCheckpointExtension) {
-      candidates.push_back(entry.path());
-    }
-  }
-  std::optional<fs::path> best;
-  std::int64_t best_step = -1;
-  fs::file_time_type best_time{};
-  for (const auto& candidate : candidates) {
-    CheckpointHeader header;
-    try {
-      read_checkpoint_payload(candidate, &header);
-    } catch (const CheckpointError& error) {
-      logger()->warn("skipping checkpoint: {}", error.what());
+std::vector<CheckpointCandidate> valid_checkpoints(const fs::path& directory) {
+  std::vector<CheckpointCandidate> found;
+  std::vector<fs::file_time_type> times;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    if (!entry.is_regular_file() || entry.is_symlink() ||
+        entry.path().extension() != kCheckpointExtension) {
       continue;
     }
-    const auto time = fs::last_write_time(candidate);
-    if (header.step > best_step || (header.step == best_step && time > best_time)) {
-      best = candidate;
-      best_step = header.step;
-      best_time = time;
+    CheckpointCandidate candidate{entry.path(), {}};
+    try {
+      read_checkpoint_payload(candidate.path, &candidate.header);
+    } catch (const CheckpointError& failure) {
+      logger()->warn("skipping checkpoint: {}", failure.what());
+      continue;
     }
+    found.push_back(std::move(candidate));
   }
-  return best;
+  std::vector<std::pair<fs::file_time_type, std::size_t>> order;
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    order.emplace_back(fs::last_write_time(found[i].path, error), i);
+  }
+  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    const auto step_a = found[a.second].header.step, step_b = found[b.second].header.step;
+    return step_a != step_b ? step_a > step_b : a.first > b.first;
+  });
+  std::vector<CheckpointCandidate> sorted;
+  for (const auto& [time, index] : order) sorted.push_back(std::move(found[index]));
+  return sorted;
+}
+
+std::optional<fs::path> newest_valid_checkpoint(const fs::path& directory) {
+  auto candidates = valid_checkpoints(directory);
+  if (candidates.empty()) return std::nullopt;
+  return candidates.front().path;
+}
+
+std::string identity_differences(const std::string& checkpoint, const std::string& run) {
+  auto parse = [](const std::string& text) {
+    std::map<std::string, std::string> values;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      const auto equals = line.find('=');
+      if (equals != std::string::npos) values[line.substr(0, equals)] = line.substr(equals + 1);
+    }
+    return values;
+  };
+  const auto before = parse(checkpoint), now = parse(run);
+  std::string out;
+  auto value_in = [](const std::map<std::string, std::string>& values, const std::string& key) {
+    const auto found = values.find(key);
+    return found == values.end() ? std::string("(none)") : found->second;
+  };
+  std::set<std::string> keys;
+  for (const auto& [key, value] : before) keys.insert(key);
+  for (const auto& [key, value] : now) keys.insert(key);
+  for (const auto& key : keys) {
+    const auto a = value_in(before, key), b = value_in(now, key);
+    if (a != b) out += detail::concat(out.empty() ? "" : "; ", key, ": ", a, " -> ", b);
+  }
+  if (out.empty() && checkpoint != run) out = "the identity text differs";
+  return out;
 }
 
 CheckpointWriter::~CheckpointWriter() {

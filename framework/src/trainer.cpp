@@ -170,6 +170,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   if (options_.seed()) torch::manual_seed(*options_.seed());
   state_.epoch = state_.step = state_.batch_in_epoch = state_.global_batch = 0;
   state_.window_position = 0;
+  state_.validation_follows = false;
   state_.metrics.clear();
   state_.tensors.clear_all();
   module_->train();
@@ -205,11 +206,10 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
                      "; expected at least one batch per epoch");
       break;
     }
-    run_step();
-    const auto every = options_.val_every_n_steps();
-    if (validation && every > 0 && window_has_backward_ && !state_.stop_requested() &&
-        state_.step % every == 0) {
+    run_step(validation != nullptr);
+    if (state_.validation_follows) {
       run_evaluation(*validation);
+      state_.validation_follows = false;
       agree_on_stop();
     }
   }
@@ -245,7 +245,7 @@ bool Trainer::fill_window(BatchSource& train) {
   return true;
 }
 
-void Trainer::run_step() {
+void Trainer::run_step(bool can_validate) {
   state_.window_size = static_cast<std::int64_t>(window_used_);
   state_.window_position = 0;
   state_.skip_update = false;
@@ -274,6 +274,10 @@ void Trainer::run_step() {
   if (window_has_backward_) clear_gradients();
   in_window_ = false;
   state_.update_skipped = !update;
+  // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
+  // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
+  const auto every = options_.val_every_n_steps();
+  state_.validation_follows = can_validate && every > 0 && update && state_.step % every == 0;
   close();  // StepEnd
   state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);

@@ -19,6 +19,9 @@ namespace fs = std::filesystem;
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
 
+/// Version of the payload's entries (the framing has its own, kCheckpointFormatVersion).
+constexpr std::int64_t kPayloadFormatVersion = 1;
+
 std::string type_name(const std::type_info& type) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(
@@ -107,7 +110,7 @@ NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items) {
 class CheckpointReader {
  public:
   CheckpointReader(const fs::path& path) : path_(path) {  // NOLINT
-    const auto payload = read_checkpoint_payload(path);
+    const auto payload = read_checkpoint_payload(path, &header_);
     try {
       std::istringstream in(payload);
       archive_.load_from(in);
@@ -116,6 +119,7 @@ class CheckpointReader {
     }
   }
 
+  const CheckpointHeader& header() const { return header_; }
   c10::IValue value(const std::string& key) {
     c10::IValue value;
     if (!archive_.try_read(key, value)) fail("has no '", key, "' entry");
@@ -146,6 +150,7 @@ class CheckpointReader {
 
  private:
   fs::path path_;
+  CheckpointHeader header_;
   InputArchive archive_;
 };
 
@@ -201,7 +206,7 @@ std::string Trainer::checkpoint_bytes() {
                  "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
                  "runs), not between StepStart and the end of the optimizer step");
   OutputArchive archive;
-  archive.write("format_version", c10::IValue(static_cast<std::int64_t>(kCheckpointFormatVersion)));
+  archive.write("format_version", c10::IValue(kPayloadFormatVersion));
   // Where the run continues: the next epoch when the current one has finished.
   const bool next_epoch = epoch_finished_;
   const auto rng_now = cpu_rng_state();
@@ -248,7 +253,7 @@ std::string Trainer::checkpoint_bytes() {
   archive.write("options", c10::IValue(describe_options(options_)));
   std::ostringstream payload;
   archive.save_to(payload);
-  return frame_checkpoint(payload.str(), state_.step);
+  return frame_checkpoint(payload.str(), state_.step, options_.run_identity());
 }
 
 void Trainer::save_checkpoint(const fs::path& path) {
@@ -264,14 +269,29 @@ void Trainer::resume_from(fs::path path) {
 void Trainer::restore_for_resume() {
   auto path = *resume_path_;
   resume_path_.reset();
-  if (fs::is_directory(path)) {
+  if (!fs::is_directory(path)) {
+    load_checkpoint(path);
+  } else {
     remove_stale_temporaries(path);
-    const auto newest = newest_valid_checkpoint(path);
-    TORCHBUS_CHECK(newest.has_value(), CheckpointError, "cannot resume: ", path.string(),
-                   " holds no valid checkpoint (*", kCheckpointExtension, ")");
-    path = *newest;
+    // The newest checkpoint this trainer can continue: of the run's identity, and loadable (a
+    // checkpoint of another model is skipped, not a reason to stop).
+    std::string skipped;
+    bool loaded = false;
+    for (const auto& candidate : valid_checkpoints(path)) {
+      try {
+        load_checkpoint(candidate.path);
+        path = candidate.path;
+        loaded = true;
+        break;
+      } catch (const CheckpointError& error) {
+        logger()->warn("not resuming from it: {}", error.what());
+        skipped += detail::concat("\n  ", error.what());
+      }
+    }
+    TORCHBUS_CHECK(loaded, CheckpointError, "cannot resume: ", path.string(),
+                   " holds no valid checkpoint (*", kCheckpointExtension, ") this run can continue",
+                   skipped.empty() ? std::string() : "; skipped:" + skipped);
   }
-  load_checkpoint(path);
   logger()->info("resumed from {} at epoch {}, step {}, batch {} of the epoch", path.string(),
                  state_.epoch + 1, state_.step, state_.batch_in_epoch);
 }
@@ -280,9 +300,17 @@ void Trainer::load_checkpoint(const fs::path& path) {
   ensure_idle();
   CheckpointReader reader(path);
   // 1. Read and validate everything; nothing changes yet.
+  const auto& identity = options_.run_identity();
+  if (!identity.empty() && reader.header().identity != identity) {
+    reader.fail("belongs to another run (",
+                reader.header().identity.empty()
+                    ? std::string("it has no run identity")
+                    : identity_differences(reader.header().identity, identity),
+                ")");
+  }
   const auto version = reader.value("format_version").toInt();
-  if (version != kCheckpointFormatVersion) {
-    reader.fail("has payload format version ", version, "; expected ", kCheckpointFormatVersion);
+  if (version != kPayloadFormatVersion) {
+    reader.fail("has payload format version ", version, "; expected ", kPayloadFormatVersion);
   }
   const auto parameters = reader.named_tensors("parameters");
   const auto buffers = reader.named_tensors("buffers");

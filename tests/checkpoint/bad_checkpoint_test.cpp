@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <support/scratch.hpp>
+#include <torchbus/crc32c.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,15 @@ BOOST_AUTO_TEST_CASE(flipped_bytes) {
     write_bytes(file, corrupt);
     expect_rejected(file, "is corrupt");
   }
+  for (const std::size_t header_field :
+       {std::size_t{12}, std::size_t{20}}) {  // step, identity size
+    auto corrupt = bytes;
+    corrupt[header_field] = static_cast<char>(corrupt[header_field] ^ 0x01);
+    const auto file = folder / ("header-" + std::to_string(header_field) + ".tbckpt");
+    write_bytes(file, corrupt);
+    BOOST_CHECK_THROW(read_checkpoint_payload(file), CheckpointError);
+    expect_rejected(file, header_field == 12 ? "is corrupt" : "checkpoint");
+  }
   bytes[9] = 7;  // the format version field
   write_bytes(folder / "version.tbckpt", bytes);
   expect_rejected(folder / "version.tbckpt", "format version");
@@ -123,6 +133,49 @@ BOOST_AUTO_TEST_CASE(missing_file_and_folder_without_a_valid_checkpoint) {
   BOOST_CHECK_EXCEPTION(run.fit(), CheckpointError, [](const CheckpointError& e) {
     return std::string(e.what()).find("holds no valid checkpoint") != std::string::npos;
   });
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_of_another_run_identity) {
+  const auto folder = scratch("bad_checkpoint", "other_identity");
+  ResumeRun seven(5, "data=synthetic\nseed=7\n");
+  seven.trainer.save_checkpoint(folder / "seven.tbckpt");
+  CheckpointHeader header;
+  read_checkpoint_payload(folder / "seven.tbckpt", &header);
+  BOOST_TEST(header.identity == "data=synthetic\nseed=7\n");
+  ResumeRun eight(77, "data=synthetic\nseed=8\n");
+  const auto before = snapshot_parameters(*eight.model);
+  BOOST_CHECK_EXCEPTION(eight.trainer.load_checkpoint(folder / "seven.tbckpt"), CheckpointError,
+                        [](const CheckpointError& e) {
+                          return std::string(e.what()).find(
+                                     "belongs to another run (seed: 7 -> 8)") != std::string::npos;
+                        });
+  const auto after = snapshot_parameters(*eight.model);
+  for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(before[i], after[i]));
+  // A trainer without an identity checks none.
+  ResumeRun anonymous(77);
+  BOOST_CHECK_NO_THROW(anonymous.trainer.load_checkpoint(folder / "seven.tbckpt"));
+}
+
+// Version 1 files (CRC over the payload only, no identity) still load.
+BOOST_AUTO_TEST_CASE(a_version_1_checkpoint_still_loads) {
+  const auto folder = scratch("bad_checkpoint", "version_1");
+  const auto payload = read_checkpoint_payload(good_checkpoint(folder));
+  std::string v1("TBCKPT\r\n", 8);
+  auto put = [&](std::uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) v1.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+  };
+  put(1, 4);
+  put(2, 8);
+  put(payload.size(), 8);
+  put(crc32c(payload.data(), payload.size()), 4);
+  write_bytes(folder / "v1.tbckpt", v1 + payload);
+  CheckpointHeader header;
+  BOOST_TEST(read_checkpoint_payload(folder / "v1.tbckpt", &header) == payload);
+  BOOST_TEST(header.format_version == 1u);
+  BOOST_TEST(header.step == 2);
+  ResumeRun target(77);
+  target.trainer.load_checkpoint(folder / "v1.tbckpt");
+  BOOST_TEST(target.trainer.state().step == 2);
 }
 
 BOOST_AUTO_TEST_CASE(checkpoint_inside_a_window_is_refused) {

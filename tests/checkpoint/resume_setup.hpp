@@ -32,7 +32,7 @@ struct ResumeRun {
   Trainer trainer;
   std::vector<std::string> seen;
 
-  explicit ResumeRun(std::uint64_t init_seed = 5)
+  explicit ResumeRun(std::uint64_t init_seed = 5, std::string identity = "")
       : model(make_model(init_seed)),
         optimizer(model->parameters(), torch::optim::AdamOptions(1e-2)),
         trainer(model, optimizer, loss,
@@ -40,6 +40,7 @@ struct ResumeRun {
                     .max_epochs(3)
                     .accumulate_grad_batches(2)
                     .seed(11)
+                    .run_identity(std::move(identity))
                     .use_registered_subscriptions(false)) {
     trainer.set_train_step([this](Trainer& t, Batch& batch) {
       std::string line = std::to_string(t.state().global_batch) + ":";

@@ -97,4 +97,50 @@ BOOST_AUTO_TEST_CASE(from_the_newest_valid_checkpoint_of_a_folder) {
   for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
 }
 
+// A folder also holding newer checkpoints of another run (more steps, another identity) and of
+// another model: each is skipped with a warning, and the run's own newest one is resumed.
+BOOST_AUTO_TEST_CASE(skips_checkpoints_of_another_run_or_model_in_a_folder) {
+  const std::string identity = "data=rows\nseed=11\n";
+  ResumeRun uninterrupted(5, identity);
+  uninterrupted.fit();
+  const auto folder = scratch("resume", "other_runs");
+  ResumeRun interrupted(5, identity);
+  interrupted.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step == 5) interrupted.trainer.save_checkpoint(folder / "own-step-5.tbckpt");
+    if (s.step == 5) throw Killed();
+  });
+  BOOST_CHECK_THROW(interrupted.fit(), Killed);
+  ResumeRun other_seed(5, "data=rows\nseed=12\n");
+  other_seed.fit();  // 12 steps
+  other_seed.trainer.save_checkpoint(folder / "other-seed-step-12.tbckpt");
+  torch::manual_seed(1);
+  auto wide =
+      torch::nn::Sequential(torch::nn::Linear(5, 32), torch::nn::ReLU(), torch::nn::Linear(32, 3));
+  torch::optim::Adam adam(wide->parameters());
+  Trainer wide_trainer(wide, adam, ResumeRun::loss,
+                       TrainerOptions().accumulate_grad_batches(2).run_identity(identity));
+  wide_trainer.state().step = 20;  // what a longer run of another model would have
+  wide_trainer.save_checkpoint(folder / "wide-step-20.tbckpt");
+
+  ResumeRun resumed(99, identity);
+  std::int64_t resumed_step = -1;
+  resumed.trainer.on(Event::ActionStart, [&](State& s) { resumed_step = s.step; });
+  resumed.trainer.resume_from(folder);
+  resumed.fit();
+  BOOST_TEST(resumed_step == 5);
+  const auto a = uninterrupted.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+
+  // Only checkpoints of others: a CheckpointError listing each with what differs.
+  fs::remove(folder / "own-step-5.tbckpt");
+  ResumeRun refused(99, identity);
+  refused.trainer.resume_from(folder);
+  BOOST_CHECK_EXCEPTION(refused.fit(), CheckpointError, [](const CheckpointError& e) {
+    const std::string message = e.what();
+    return message.find("seed: 12 -> 11") != std::string::npos &&
+           message.find("wide-step-20.tbckpt holds parameter") != std::string::npos;
+  });
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -10,11 +10,13 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torchbus {
 
-/// Version of the checkpoint format this torchbus writes and reads.
-inline constexpr std::uint32_t kCheckpointFormatVersion = 1;
+/// Version of the checkpoint format this torchbus writes (it also reads version 1, whose CRC
+/// covered the payload only and which had no run identity).
+inline constexpr std::uint32_t kCheckpointFormatVersion = 2;
 
 /// File name extension of checkpoints.
 inline constexpr const char* kCheckpointExtension = ".tbckpt";
@@ -23,10 +25,13 @@ inline constexpr const char* kCheckpointExtension = ".tbckpt";
 struct CheckpointHeader {
   std::uint32_t format_version = 0;  ///< the format the file was written in
   std::int64_t step = 0;             ///< optimizer steps completed when it was taken
+  std::string identity;              ///< the run identity it was written with (empty: none)
 };
 
-/// Wraps `payload` in the checkpoint framing: magic, format version, step, size, CRC-32C.
-std::string frame_checkpoint(const std::string& payload, std::int64_t step);
+/// Wraps `payload` in the checkpoint framing: magic, format version, step, run identity, size,
+/// and a CRC-32C over all of them and the payload.
+std::string frame_checkpoint(const std::string& payload, std::int64_t step,
+                             const std::string& identity = {});
 
 /// Reads `path` and returns its verified payload; throws CheckpointError naming the path and what
 /// is wrong (missing, truncated, corrupt, another format version) otherwise.
@@ -40,10 +45,23 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 /// Removes temporary files an interrupted write left in `directory`; returns how many.
 int remove_stale_temporaries(const std::filesystem::path& directory);
 
+/// A checkpoint file found in a directory, with its verified header.
+struct CheckpointCandidate {
+  std::filesystem::path path;  ///< the file
+  CheckpointHeader header;     ///< its header
+};
+
+/// The valid checkpoints in `directory` (missing: none), newest first: most steps first, the
+/// later written first on a tie. Corrupt ones are named in the log and skipped.
+std::vector<CheckpointCandidate> valid_checkpoints(const std::filesystem::path& directory);
+
 /// The valid checkpoint in `directory` with the most steps (the newest written on a tie); corrupt
-/// ones are named in the log and skipped. Nothing when there is none.
+/// ones are named in the log and skipped. Nothing when there is none or no directory.
 std::optional<std::filesystem::path> newest_valid_checkpoint(
     const std::filesystem::path& directory);
+
+/// What differs between two run identities ("key=value" lines): "key: a -> b", joined by "; ".
+std::string identity_differences(const std::string& checkpoint, const std::string& run);
 
 /// Writes files on a background thread, at most one in flight: `write` waits for the previous
 /// one. Errors of a write are rethrown by the next `write` or `flush`.

@@ -58,6 +58,8 @@ struct State {
   // Control.
   bool cancelled = false;       ///< the current batch was cancelled (CancelBatch)
   bool update_skipped = false;  ///< at StepEnd: the step made no optimizer update
+  /// At StepEnd: a validation (val_every_n_steps) runs right after this step, before the next.
+  bool validation_follows = false;
   /// Set up to BeforeOptimizerStep to discard this step's gradients: no optimizer step, no
   /// AfterOptimizerStep, the step is not counted (update_skipped at StepEnd). Reset every step.
   bool skip_update = false;

@@ -165,7 +165,7 @@ class Trainer {
   void run_action(Body&& body);
   void run_epoch(BatchSource& train, BatchSource* validation);
   bool fill_window(BatchSource& train);
-  void run_step();
+  void run_step(bool can_validate);  // can_validate: the fit has validation data
   void run_batch(Batch& batch);
   at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
   at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace torchbus {
 
@@ -35,6 +36,9 @@ struct TrainerOptions {
   /// `zero_grad(set_to_none=True)`) instead of filling them with zeros (LibTorch 1.13's
   /// `zero_grad()`): no kernel per parameter, and the next backward writes fresh gradients.
   TORCH_ARG(bool, set_grads_to_none) = true;
+  /// What makes this run's result ("key=value" lines: data, model, seed, ...), written into every
+  /// checkpoint; a checkpoint of another identity is never resumed (empty: no check).
+  TORCH_ARG(std::string, run_identity) = "";
   /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built.
   TORCH_ARG(bool, use_registered_subscriptions) = true;
 

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,10 @@ struct ModelCheckpointOptions {
 };
 
 /// Saves checkpoints of the trainer it is added to. Default priority 200 (after early stopping
-/// and loggers), rank 0 only.
+/// and loggers), rank 0 only. A step checkpoint whose step is followed by a validation is taken
+/// after it (at EvalEnd), so that it is ranked by that validation; one taken before the epoch's
+/// validation is taken again at EpochEnd. Before the monitored metric exists, checkpoints are
+/// kept unranked (newest first, after every ranked one) with one warning.
 class ModelCheckpoint : public Callback {
  public:
   /// Default priority: after EarlyStopping (50) and the loggers (100).
@@ -59,26 +63,38 @@ class ModelCheckpoint : public Callback {
 
   void on_added(Trainer& trainer) override;
   void on_action_start(State& state) override;
+  void on_epoch_start(State& state) override;
   void on_step_end(State& state) override;
+  void on_eval_end(State& state) override;
   void on_epoch_end(State& state) override;
   void on_action_end(State& state) override;
   void on_exception(State& state) override;
   void save_state(torch::serialize::OutputArchive& archive) const override;
   void load_state(torch::serialize::InputArchive& archive) override;
 
+  /// A checkpoint kept: its file, the monitored value that ranks it (none: no monitor, or taken
+  /// before the metric existed) and its step.
+  struct KeptCheckpoint {
+    std::filesystem::path path;   ///< the file
+    std::optional<double> value;  ///< the monitored value it was taken with
+    std::int64_t step = 0;        ///< optimizer steps when it was taken
+  };
+
   /// The checkpoints kept, best (or newest) first.
   std::vector<std::filesystem::path> kept() const;
+  /// The checkpoints kept with their monitored values, best (or newest) first.
+  std::vector<KeptCheckpoint> kept_checkpoints() const;
   /// Waits for a background write; rethrows its error.
   void flush();
 
  private:
   struct Kept {
     std::filesystem::path path;
-    double score;  // lower is better
+    double score;  // lower is better; NaN: unranked (the monitored metric did not exist yet)
     std::int64_t step;
   };
-  void save(State& state);
-  double score_of(const State& state) const;
+  void save(State& state, bool at_epoch_end);
+  std::optional<double> score_of(const State& state);  // nothing: the metric does not exist yet
   void prune();
   void link_last(const std::filesystem::path& newest) const;
 
@@ -88,6 +104,12 @@ class ModelCheckpoint : public Callback {
   std::vector<Kept> kept_;
   std::int64_t last_saved_step_ = -1;
   std::int64_t last_saved_epoch_ = -1;
+  std::int64_t evaluations_ = 0;              // validations seen during fit
+  std::int64_t last_saved_evaluations_ = -1;  // ... when the last checkpoint was taken
+  bool last_saved_at_epoch_end_ = false;
+  bool pending_ = false;  // a step checkpoint waits for the validation of its step
+  bool in_fit_ = false;   // between the first EpochStart and ActionEnd of a fit
+  bool warned_unranked_ = false;
 };
 
 }  // namespace torchbus
