@@ -88,7 +88,17 @@ Dataset mnist_dataset(const std::string& directory) {
       read_idx_split(root / "train-images-idx3-ubyte", root / "train-labels-idx1-ubyte");
   std::tie(dataset.validation_inputs, dataset.validation_targets) =
       read_idx_split(root / "t10k-images-idx3-ubyte", root / "t10k-labels-idx1-ubyte");
+  TORCHBUS_CHECK(
+      dataset.train_inputs.sizes().slice(1) == dataset.validation_inputs.sizes().slice(1),
+      DataError, "MNIST: the t10k images are ", dataset.validation_inputs.size(2), "x",
+      dataset.validation_inputs.size(3), " pixels, the train images ", dataset.train_inputs.size(2),
+      "x", dataset.train_inputs.size(3), "; expected one image size");
   dataset.classes = 10;
+  for (const auto& labels : {dataset.train_targets, dataset.validation_targets}) {
+    const auto largest = labels.numel() > 0 ? labels.max().item<std::int64_t>() : 0;
+    TORCHBUS_CHECK(largest < dataset.classes, DataError, "MNIST: a label in ", directory, " is ",
+                   largest, "; expected digits 0 to 9");
+  }
   dataset.images = true;
   dataset.description = concat("MNIST from ", directory, ": ", dataset.train_inputs.size(0),
                                " train / ", dataset.validation_inputs.size(0), " test images");
@@ -114,7 +124,12 @@ std::string trim(std::string text) {
 
 }  // namespace
 
+/// Larger labels would give an output layer of more than a million classes.
+constexpr double kMaxLabel = 1'000'000;
+
 Dataset csv_dataset(const std::string& path, const std::string& label) {
+  TORCHBUS_CHECK(!std::filesystem::is_directory(path), DataError, "CSV: '", path,
+                 "' is a directory; expected a CSV file");
   std::ifstream in(path);
   TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'");
   std::string line;
@@ -151,9 +166,11 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
       TORCHBUS_CHECK(!text.empty() && used == text.size(), DataError, "CSV: ", path, " row ", row,
                      " column '", header[column], "': '", text, "' is not a number");
       if (column == label_column) {
-        TORCHBUS_CHECK(value >= 0 && value == static_cast<double>(static_cast<std::int64_t>(value)),
+        TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
+                           value == static_cast<double>(static_cast<std::int64_t>(value)),
                        DataError, "CSV: ", path, " row ", row, " column '", header[column],
-                       "': label '", text, "' is not a class index (an integer >= 0)");
+                       "': label '", text, "' is not a class index (an integer from 0 to ",
+                       kMaxLabel - 1, ")");
         labels.push_back(static_cast<std::int64_t>(value));
       } else {
         features.push_back(static_cast<float>(value));

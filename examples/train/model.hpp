@@ -16,4 +16,11 @@ torch::nn::Sequential make_mlp(std::int64_t inputs, const std::vector<std::int64
 /// A small CNN for [N, 1, H, W] images: two conv+ReLU+pool blocks, then a Linear to `classes`.
 torch::nn::Sequential make_cnn(std::int64_t height, std::int64_t width, std::int64_t classes);
 
+/// Parameters make_mlp(inputs, hidden, classes) would have, counted without building it.
+double mlp_parameter_count(std::int64_t inputs, const std::vector<std::int64_t>& hidden,
+                           std::int64_t classes);
+
+/// Parameters make_cnn(height, width, classes) would have, counted without building it.
+double cnn_parameter_count(std::int64_t height, std::int64_t width, std::int64_t classes);
+
 }  // namespace train

@@ -30,8 +30,10 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result run_train(const std::string& arguments) {
-  const std::string command = std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
+/// Runs torchbus-train with `arguments` through sh, after the shell commands `setup` (e.g. limits).
+Result run_train(const std::string& arguments, const std::string& setup = "") {
+  const std::string command =
+      setup + " exec " + std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
   Result result;
   FILE* pipe = popen(command.c_str(), "r");
   BOOST_REQUIRE(pipe != nullptr);
@@ -42,26 +44,25 @@ Result run_train(const std::string& arguments) {
   return result;
 }
 
-/// Starts torchbus-train with `arguments`, sends SIGINT once `log` contains `marker`, and returns
-/// the exit status.
-int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
-                    const std::string& marker);
-
-int interrupt_train(const std::vector<std::string>& arguments, const fs::path& log,
-                    const std::string& marker) {
+/// Starts torchbus-train with `arguments`, sends `signal` once `log` contains `marker`, and
+/// returns the exit status (128 + N when a signal N killed it).
+int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
+                 const std::string& marker, int signal = SIGINT) {
   const pid_t pid = fork();
   if (pid == 0) {
     std::vector<char*> argv{const_cast<char*>(TORCHBUS_TRAIN_PATH)};
     for (const auto& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
     argv.push_back(nullptr);
     std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
     execv(TORCHBUS_TRAIN_PATH, argv.data());
     _exit(127);
   }
-  for (int i = 0; i < 2000 && read_text(log).find(marker) == std::string::npos; ++i) usleep(5000);
-  kill(pid, SIGINT);
+  for (int i = 0; i < 4000 && read_text(log).find(marker) == std::string::npos; ++i) usleep(5000);
+  kill(pid, signal);
   int status = 0;
   waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -206,7 +207,7 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   const auto out = scratch("train_test", "interrupted");
   const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
                                            "20",       "--out", out.string()};
-  BOOST_TEST(interrupt_train(arguments, out / "train.log", "step 160 ") == 130);
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 160 ") == 130);
   const auto interrupted = read_text(out / "summary.json");  // says it did not finish
   BOOST_TEST(json_string(interrupted, "stop_reason") == "interrupted (SIGINT)");
   BOOST_TEST(json_number(interrupted, "steps") < 384);
@@ -221,9 +222,6 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   const auto csv = read_text(out / "metrics.csv");
   BOOST_TEST(csv.find("step,160,") != std::string::npos);
   BOOST_TEST(csv.find("step,160,") == csv.rfind("step,160,"));
-  BOOST_TEST(
-      run_train("--resume --out " + scratch("train_test", "nothing_to_resume").string()).status ==
-      1);
 }
 
 BOOST_AUTO_TEST_CASE(tiny_idx_dataset_with_the_cnn) {
@@ -287,12 +285,158 @@ BOOST_AUTO_TEST_CASE(unwritable_output_directory) {
   BOOST_TEST(has(result.output, "cannot create the run directory"));
 }
 
-BOOST_AUTO_TEST_CASE(a_successful_run_replaces_a_stale_summary_only_at_its_end) {
-  const auto out = scratch("train_test", "stale");
-  std::ofstream(out / "summary.json") << "{\"stale\": true}";
-  const auto csv = make_csv("stale_csv", "a,label", "1,0\n2,x\n");
-  BOOST_TEST(run_train("--data csv:" + csv.string() + " --out " + out.string()).status == 1);
-  BOOST_TEST(!fs::exists(out / "summary.json"));  // the failed run does not look finished
+// The cases of issue 15, each of which failed on the main before it.
+
+BOOST_AUTO_TEST_CASE(the_cnn_at_batch_64_and_256_trains_without_corrupting_the_heap) {
+  const auto data = make_mnist("mnist_batch64");
+  for (const auto* batch : {"64", "256"}) {
+    const auto out = scratch("train_test", std::string("mnist_batch_") + batch);
+    const auto result = run_train("--data mnist:" + data.string() + " --epochs 2 --batch-size " +
+                                  batch + " --accumulate 2 --no-progress --out " + out.string());
+    BOOST_TEST_REQUIRE(result.status == 0, batch << ": " << result.output);
+    BOOST_TEST(json_string(read_text(out / "summary.json"), "stop_reason") == "completed");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(stops_and_checkpoints_before_the_first_validation_are_not_usage_errors) {
+  // A checkpoint every 10 steps, long before the first validation at the epoch's end.
+  const auto every = scratch("train_test", "checkpoint_every_10");
+  auto result = run_train("--epochs 1 --max-steps 25 --checkpoint-every 10 --no-progress --out " +
+                          every.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(fs::exists(every / "checkpoints" / "epoch-000-step-000010.tbckpt"));
+  BOOST_TEST(fs::exists(every / "checkpoints" / "epoch-000-step-000020.tbckpt"));
+  BOOST_TEST(json_string(read_text(every / "summary.json"), "stop_reason") == "max_steps reached");
+  BOOST_TEST(!has(result.output, "--help"));
+  // A non-finite loss in epoch 1 stops the run: a requested stop, exit 0, with a checkpoint.
+  const auto nan = scratch("train_test", "nan_stop");
+  result = run_train("--optimizer sgd --lr 1e30 --epochs 2 --no-progress --out " + nan.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto summary = read_text(nan / "summary.json");
+  BOOST_TEST(json_string(summary, "stop_reason").rfind("TerminateOnNaN:", 0) == 0u, summary);
+  BOOST_TEST(json_number(summary, "exit_code") == 0);
+  BOOST_TEST(fs::exists(nan / "checkpoints" / "last.tbckpt"));
+  // NaN cells in a CSV.
+  const auto csv = make_csv("nan_cells", "x,y,label", "nan,1,0\n" + learnable_csv_rows(40));
+  const auto csv_out = scratch("train_test", "nan_csv");
+  result = run_train("--data csv:" + csv.string() +
+                     " --epochs 3 --batch-size 64 --no-progress --out " + csv_out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(
+      json_string(read_text(csv_out / "summary.json"), "stop_reason").rfind("TerminateOnNaN:", 0) ==
+      0u);
+  // A time limit reached in epoch 1.
+  const auto timed = scratch("train_test", "time_limit");
+  result = run_train("--epochs 50 --time-limit 0.01 --no-progress --out " + timed.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(
+      json_string(read_text(timed / "summary.json"), "stop_reason").rfind("Timer: time limit", 0) ==
+      0u);
+  BOOST_TEST(fs::exists(timed / "checkpoints" / "last.tbckpt"));
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_sighup_and_sigusr1_stop_gracefully_with_a_checkpoint_and_a_summary) {
+  for (const auto& [signal, name] : {std::pair{SIGTERM, "SIGTERM"}, std::pair{SIGHUP, "SIGHUP"},
+                                     std::pair{SIGUSR1, "SIGUSR1"}}) {
+    const auto out = scratch("train_test", std::string("signal_") + name);
+    const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+                                             "5",        "--out", out.string()};
+    BOOST_TEST(signal_train(arguments, out / "train.log", "step 10 ", signal) == 128 + signal,
+               name);
+    const auto summary = read_text(out / "summary.json");
+    BOOST_TEST(json_string(summary, "stop_reason") == std::string("interrupted (") + name + ")");
+    BOOST_TEST(json_number(summary, "exit_code") == 128 + signal);
+    BOOST_TEST(fs::exists(out / "checkpoints" / "last.tbckpt"), name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(resume_never_continues_another_run) {
+  const auto out = scratch("train_test", "other_identity");
+  BOOST_TEST_REQUIRE(
+      run_train("--epochs 1 --max-steps 30 --seed 7 --no-progress --out " + out.string()).status ==
+      0);
+  // The same directory, another seed: --resume refuses, naming what differs, and writes nothing.
+  const auto before = read_text(out / "summary.json");
+  const auto result =
+      run_train("--epochs 1 --max-steps 30 --seed 8 --no-progress --resume --out " + out.string());
+  BOOST_TEST(result.status == 1, result.output);
+  BOOST_TEST(has(result.output, "seed: 7 -> 8"), result.output);
+  BOOST_TEST(!has(result.output, "--help"));
+  BOOST_TEST(read_text(out / "summary.json") == before);
+}
+
+BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_from_scratch) {
+  const auto reference = scratch("train_test", "no_checkpoint_reference");
+  const std::string flags = " --epochs 1 --max-steps 30 --no-progress --out ";
+  BOOST_TEST_REQUIRE(run_train(flags + reference.string()).status == 0);
+  const auto out = scratch("train_test", "no_checkpoint_yet");
+  // What a run killed during its first epoch leaves: a log and its identity, no checkpoint.
+  const std::vector<std::string> arguments{"--epochs",      "1",           "--max-steps", "30",
+                                           "--no-progress", "--log-every", "1",           "--out",
+                                           out.string()};
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 3 ", SIGKILL) == 128 + SIGKILL);
+  fs::remove_all(out / "checkpoints");
+  const auto result = run_train(flags + out.string() + " --resume");
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(has(result.output, "starting it from scratch"));
+  BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
+             json_string(read_text(reference / "summary.json"), "params_sha256"));
+}
+
+BOOST_AUTO_TEST_CASE(a_directory_holding_a_run_needs_resume_or_overwrite) {
+  const auto out = scratch("train_test", "holds_a_run");
+  const std::string flags = " --epochs 1 --max-steps 5 --no-progress --out " + out.string();
+  BOOST_TEST_REQUIRE(run_train(flags).status == 0);
+  const auto summary = read_text(out / "summary.json");
+  const auto again = run_train(flags);
+  BOOST_TEST(again.status == 2, again.output);
+  BOOST_TEST(has(again.output, "already holds a run"));
+  BOOST_TEST(read_text(out / "summary.json") == summary);
+  const auto replaced = run_train(flags + " --seed 9 --overwrite");
+  BOOST_TEST_REQUIRE(replaced.status == 0, replaced.output);
+  BOOST_TEST(torchbus::testing::event_files(out / "tensorboard").size() == 1u);
+  BOOST_TEST(has(read_text(out / "summary.json"), "\"seed\": 9"));
+  BOOST_TEST(run_train(flags + " --resume --overwrite").status == 2);
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_are_named_with_their_flag) {
+  const auto out = scratch("train_test", "bad_values").string();
+  auto expect_usage = [&](const std::string& arguments, const std::string& message) {
+    const auto result = run_train(arguments + " --out " + out);
+    BOOST_TEST(result.status == 2, arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, message), arguments << ": " << result.output);
+    BOOST_TEST(std::count(result.output.begin(), result.output.end(), '\n') <= 3, result.output);
+  };
+  expect_usage("--threads 100000", "--threads");
+  expect_usage("--threads 100000", "hardware threads");
+  expect_usage("--lr 1e300", "--lr");
+  expect_usage("--lr 1e300", "expected a finite number > 0");
+  expect_usage("--time-limit nan", "--time-limit");
+  expect_usage("--hidden 10000000000", "would have");
+  expect_usage("--hidden 10000000000", "--hidden 10000000000");
+  const auto huge_label = make_csv("huge_label", "x,label", "1,0\n2,1000000000\n3,1\n");
+  const auto label = run_train("--data csv:" + huge_label.string() + " --out " + out);
+  BOOST_TEST(label.status == 1, label.output);
+  BOOST_TEST(has(label.output, "is not a class index"));
+  BOOST_TEST(std::count(label.output.begin(), label.output.end(), '\n') <= 2, label.output);
+  const auto directory =
+      run_train("--data csv:" + fs::path(out).parent_path().string() + " --out " + out);
+  BOOST_TEST(directory.status == 1);
+  BOOST_TEST(has(directory.output, "is a directory; expected a CSV file"), directory.output);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_disk_mid_epoch_exits_1_and_logs_no_epoch_summary_of_nan) {
+  const auto out = scratch("train_test", "full_disk");
+  // Files may not grow past 64 KiB (SIGXFSZ ignored, so writes fail with EFBIG as on a full
+  // disk): the first checkpoint, after step 1, cannot be written.
+  const auto result =
+      run_train("--epochs 1 --checkpoint-every 1 --no-progress --out " + out.string(),
+                "ulimit -f 64; trap '' XFSZ;");
+  BOOST_TEST(result.status == 1, result.output);
+  BOOST_TEST(has(result.output, "File too large"), result.output);
+  BOOST_TEST(!has(result.output, "--help"));
+  BOOST_TEST(!fs::exists(out / "summary.json"));
+  BOOST_TEST(!has(read_text(out / "train.log"), "epoch 1 ended"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

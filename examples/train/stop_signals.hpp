@@ -1,0 +1,22 @@
+#pragma once
+
+// Graceful stops: SIGINT, SIGTERM, SIGHUP and SIGUSR1 ask torchbus-train to stop at the next step
+// boundary (with a checkpoint and a summary); a second one ends the process at once.
+
+#include <string>
+
+namespace train {
+
+/// Installs the handlers of the four stop signals (the main job only: a library must not).
+void install_stop_signals();
+
+/// The first stop signal received since start-up, or 0.
+int received_stop_signal() noexcept;
+
+/// The signal's name, e.g. "SIGTERM".
+std::string signal_name(int signal);
+
+/// The stop reason a run ended by `signal` records, e.g. "interrupted (SIGTERM)".
+std::string interrupted_reason(int signal);
+
+}  // namespace train
