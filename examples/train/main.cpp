@@ -180,8 +180,9 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--checkpoint-every", flags.checkpoint_every,
                  "ModelCheckpoint: also save every N steps (0: at epoch ends only)")
       ->check(at_least(0));
-  app.add_flag("--checkpoints,!--no-checkpoints", flags.checkpoints,
-               "ModelCheckpoint: save to OUT/checkpoints at epoch ends and on Ctrl-C (on)");
+  app.add_flag(
+      "--checkpoints,!--no-checkpoints", flags.checkpoints,
+      "ModelCheckpoint: save to OUT/checkpoints at epoch ends and when the run stops (on)");
   auto* resume = app.add_flag(
       "--resume", flags.resume,
       "continue the run in OUT from its newest valid checkpoint of the same identity (the "
