@@ -5,7 +5,9 @@
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/timer.hpp>
 
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -134,16 +136,59 @@ BOOST_AUTO_TEST_CASE(elapsed_time_survives_save_and_load) {
   BOOST_TEST(close(after->elapsed(), 2.0));
 }
 
-BOOST_AUTO_TEST_CASE(real_clock_measures_something) {
+BOOST_AUTO_TEST_CASE(real_clock_step_and_epoch_times_include_the_time_slept) {
+  // Every batch sleeps 30 ms inside its step: 2 epochs of 3 one-batch steps of 4 samples.
+  constexpr double kSlept = 0.030;
+  constexpr double kSlack = 1.0;  // a loaded machine may be slow, but not by a second per step
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  Trainer trainer(model, sgd, cross_entropy, TrainerOptions().use_registered_subscriptions(false));
-  auto timer = std::make_shared<Timer>();
+  Trainer trainer(model, sgd, cross_entropy,
+                  TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  auto timer = std::make_shared<Timer>(TimerOptions().ema_decay(0.5));
   trainer.add(timer);
+  trainer.on(Event::BatchStart,
+             [](State&) { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
   auto data = make_batches(3, 4);
   trainer.fit(data);
-  BOOST_TEST(timer->step_time_ema() > 0.0);
-  BOOST_TEST(timer->elapsed() >= timer->step_time_ema());
+
+  const auto& metrics = trainer.state().metrics;
+  const auto& step_time = metrics.series("step_time");
+  const auto& step_time_ema = metrics.series("step_time_ema");
+  const auto& throughput = metrics.series("samples_per_sec");
+  BOOST_REQUIRE_EQUAL(step_time.size(), 6u);
+  BOOST_REQUIRE_EQUAL(step_time_ema.size(), 6u);
+  BOOST_REQUIRE_EQUAL(throughput.size(), 6u);
+  std::vector<double> epoch_steps_sum(2, 0.0);
+  for (std::size_t i = 0; i < 6; ++i) {
+    BOOST_TEST_CONTEXT("step point " << i) {
+      BOOST_TEST(step_time[i].step == static_cast<std::int64_t>(i + 1));
+      BOOST_TEST(step_time[i].epoch == static_cast<std::int64_t>(i / 3));
+      BOOST_TEST(step_time[i].value >= kSlept);
+      BOOST_TEST(step_time[i].value < kSlept + kSlack);
+      BOOST_TEST(step_time_ema[i].step == step_time[i].step);
+      BOOST_TEST(step_time_ema[i].value >= kSlept);
+      BOOST_TEST(step_time_ema[i].value < kSlept + kSlack);
+      BOOST_TEST(throughput[i].value <= 4.0 / kSlept);
+      BOOST_TEST(throughput[i].value > 4.0 / (kSlept + kSlack));
+    }
+    epoch_steps_sum[i / 3] += step_time[i].value;
+  }
+  BOOST_TEST(step_time_ema[0].value == step_time[0].value);  // the first step has no history
+
+  const auto& epoch_time = metrics.series("epoch_time");
+  BOOST_REQUIRE_EQUAL(epoch_time.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    BOOST_TEST_CONTEXT("epoch " << e) {
+      BOOST_TEST(epoch_time[e].epoch == static_cast<std::int64_t>(e));
+      BOOST_TEST(epoch_time[e].step == static_cast<std::int64_t>(3 * (e + 1)));
+      // An epoch's time contains its steps' times.
+      BOOST_TEST(epoch_time[e].value >= epoch_steps_sum[e]);
+      BOOST_TEST(epoch_time[e].value < 3 * kSlept + kSlack);
+    }
+  }
+  BOOST_TEST(timer->steps_timed() == 6);
+  BOOST_TEST(timer->elapsed() >= epoch_time[0].value + epoch_time[1].value);
+  BOOST_TEST(timer->elapsed() < 6 * kSlept + kSlack);
   BOOST_TEST(!trainer.state().stop_requested());
 }
 

@@ -72,11 +72,40 @@ BOOST_AUTO_TEST_CASE(emission_order_follows_priority_then_registration) {
 }
 
 BOOST_AUTO_TEST_CASE(emitting_without_subscribers_does_nothing) {
+  // Every other event has a subscriber, BatchEnd had one that was disconnected, and an observer
+  // is installed: emitting BatchEnd (or a custom event nobody subscribed to) reaches none of them.
   EventBus bus;
   State state;
+  RecordingObserver observer(bus);
+  bus.set_observer(&observer);
+  std::vector<std::string> calls;
+  for (std::size_t i = 0; i < kEventCount; ++i) {
+    const auto event = static_cast<Event>(i);
+    if (event == Event::BatchEnd) continue;
+    bus.on(event, [&calls, event](State&) { calls.emplace_back(to_string(event)); });
+  }
+  bus.on(Event::BatchEnd, [&](State&) { calls.emplace_back("BatchEnd"); }).disconnect();
+  const auto unused = bus.register_event("unused");
+  bus.on(bus.register_event("used"), [&](State&) { calls.emplace_back("used"); });
   BOOST_TEST(bus.subscriber_count(Event::BatchEnd) == 0u);
-  bus.emit(Event::BatchEnd, state);  // must not throw or touch anything
-  BOOST_TEST(state.step == 0);
+  BOOST_TEST(bus.subscriber_count(unused) == 0u);
+  BOOST_CHECK_NO_THROW(bus.emit(Event::BatchEnd, state));
+  BOOST_CHECK_NO_THROW(bus.emit("BatchEnd", state));
+  BOOST_CHECK_NO_THROW(bus.emit("batch_end", state));
+  BOOST_CHECK_NO_THROW(bus.emit_guarded(Event::BatchEnd, state));
+  BOOST_CHECK_NO_THROW(bus.emit(unused, state));
+  BOOST_CHECK_NO_THROW(bus.emit("unused", state));
+  BOOST_TEST(calls.empty(), "called: " << calls.size() << " subscriber(s), first "
+                                       << (calls.empty() ? "" : calls.front()));
+  BOOST_TEST(observer.timings.empty());
+  // The same emissions do reach subscribers once there are some.
+  bus.on(Event::BatchEnd, [&](State&) { calls.emplace_back("BatchEnd"); });
+  bus.on(unused, [&](State&) { calls.emplace_back("unused"); });
+  bus.emit(Event::BatchEnd, state);
+  bus.emit("unused", state);
+  BOOST_TEST(calls == (std::vector<std::string>{"BatchEnd", "unused"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(observer.timings.size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(every_counts_from_state_counters_on_several_events) {

@@ -1,6 +1,7 @@
 // The event sequence a Trainer publishes, checked by a recording callback.
 
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
 
@@ -35,6 +36,115 @@ struct RecordedRun : Run {
   explicit RecordedRun(TrainerOptions options) : Run(std::move(options)) { trainer.add(recorder); }
   std::string events() const { return joined(recorder->events); }
 };
+
+/// Records, at every End event and at Exception, "<event>:<state.error_message>" when
+/// `state.error` is set and "<event>:-" when it is not; counts the Exception emissions.
+struct ErrorWatch {
+  std::vector<std::string> seen;
+  int exceptions = 0;
+
+  explicit ErrorWatch(Trainer& trainer) {
+    for (const Event event :
+         {Event::Exception, Event::BatchEnd, Event::StepEnd, Event::EvalBatchEnd, Event::EvalEnd,
+          Event::EpochEnd, Event::ActionEnd}) {
+      trainer.on(event, [this, event](State& s) {
+        if (event == Event::Exception) ++exceptions;
+        seen.push_back(std::string(to_string(event)) + ":" + (s.error ? s.error_message : "-"));
+      });
+    }
+  }
+};
+
+/// Whether `seen` (of an ErrorWatch) has the error set exactly from its Exception entry on.
+bool error_set_from_exception_on(const std::vector<std::string>& seen) {
+  bool failed = false;
+  for (const auto& entry : seen) {
+    failed = failed || entry.rfind("Exception:", 0) == 0;
+    if ((entry.substr(entry.find(':') + 1) != "-") != failed) {
+      BOOST_TEST_MESSAGE("unexpected error state at " << entry);
+      return false;
+    }
+  }
+  return failed;
+}
+
+/// Runs `action`, which must throw a std::runtime_error whose what() is `message`.
+template <typename Action>
+void expect_rethrown(Action&& action, const std::string& message) {
+  BOOST_CHECK_EXCEPTION(action(), std::runtime_error,
+                        [&](const std::runtime_error& error) { return error.what() == message; });
+}
+
+/// Where `fail_evaluation` makes the second batch of every evaluation fail.
+enum class EvalFailure { EvalBatchStart, EvalStep, EvalEnd };
+
+/// Makes every evaluation fail with std::runtime_error("evaluation failed") at `where`: at the
+/// second batch's EvalBatchStart, in the second batch's custom eval step, or at EvalEnd.
+void fail_evaluation(Trainer& trainer, EvalFailure where) {
+  const auto fail = [](State&) { throw std::runtime_error("evaluation failed"); };
+  switch (where) {
+    case EvalFailure::EvalBatchStart:
+      trainer.on(Event::EvalBatchStart, [fail](State& s) {
+        if (s.eval_batch == 1) fail(s);
+      });
+      break;
+    case EvalFailure::EvalStep:
+      trainer.set_eval_step([fail](Trainer& t, Batch& batch) {
+        if (t.state().eval_batch == 1) fail(t.state());
+        return cross_entropy(t.forward(batch.data), batch.target);
+      });
+      break;
+    case EvalFailure::EvalEnd:
+      trainer.on(Event::EvalEnd, fail);
+      break;
+  }
+}
+
+/// The events of an evaluation of two batches that fails at `where`, from EvalStart on.
+std::string failed_evaluation(EvalFailure where) {
+  if (where == EvalFailure::EvalEnd) return join({evaluation(2), "Exception"});
+  return "EvalStart EvalBatchStart EvalBatchEnd EvalBatchStart Exception EvalBatchEnd EvalEnd";
+}
+
+/// fit() for two epochs of two steps, validated on two batches after the first epoch, with the
+/// evaluation failing at `where`: it ends the evaluation, the epoch and the action, and the model
+/// is back in training mode from the failure on.
+void check_failed_validation_in_fit(EvalFailure where) {
+  RecordedRun run(TrainerOptions().max_epochs(2));
+  ErrorWatch watch(run.trainer);
+  fail_evaluation(run.trainer, where);
+  std::vector<bool> model_training;
+  for (const Event event : {Event::Exception, Event::EpochEnd, Event::ActionEnd}) {
+    run.trainer.on(event, [&](State& s) { model_training.push_back(s.model->is_training()); });
+  }
+  auto train = make_batches(2, 4);
+  auto validation = make_batches(2, 4, 4, 3, 99);
+  expect_rethrown([&] { run.trainer.fit(train, validation); }, "evaluation failed");
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1),
+                                   failed_evaluation(where), "EpochEnd ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  BOOST_TEST(error_set_from_exception_on(watch.seen));
+  BOOST_TEST(model_training == (std::vector<bool>{true, true, true}),
+             boost::test_tools::per_element());
+  BOOST_TEST(run.model->is_training());
+  BOOST_TEST(run.trainer.state().step == 2);
+  // Only a failure after the last batch leaves a val_loss (recorded before EvalEnd).
+  BOOST_TEST(run.trainer.state().metrics.contains("val_loss") == (where == EvalFailure::EvalEnd));
+}
+
+/// evaluate() on two batches failing at `where`: the evaluation and the action end, the model is
+/// back in training mode.
+void check_failed_evaluate(EvalFailure where) {
+  RecordedRun run{TrainerOptions()};
+  ErrorWatch watch(run.trainer);
+  fail_evaluation(run.trainer, where);
+  auto data = make_batches(2, 4);
+  expect_rethrown([&] { run.trainer.evaluate(data); }, "evaluation failed");
+  BOOST_TEST(run.events() == join({"ActionStart", failed_evaluation(where), "ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  BOOST_TEST(error_set_from_exception_on(watch.seen));
+  BOOST_TEST(run.model->is_training());
+}
 
 }  // namespace
 
@@ -352,6 +462,161 @@ BOOST_AUTO_TEST_CASE(tensor_store_scopes_follow_the_loop) {
   BOOST_TEST(seen == (std::vector<std::string>{"clean", "batch", "clean", "batch", "epoch"}),
              boost::test_tools::per_element());
   BOOST_TEST(!run.trainer.state().tensors.contains("kept"));
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_step_start_still_gets_its_step_end_then_pending_ends) {
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(2));
+  ErrorWatch watch(run.trainer);
+  run.trainer.on(Event::StepStart, [](State& s) {
+    if (s.step == 1) throw std::runtime_error("step start failed");
+  });
+  auto batches = make_batches(4, 4);
+  expect_rethrown([&] { run.trainer.fit(batches); }, "step start failed");
+  // No batch of the failed step runs: its StepStart is answered by its StepEnd alone.
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(2),
+                                   "StepStart Exception StepEnd EpochEnd ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  const std::vector<std::string> expected{
+      "BatchEnd:-",
+      "BatchEnd:-",
+      "StepEnd:-",
+      "Exception:step start failed",
+      "StepEnd:step start failed",
+      "EpochEnd:step start failed",
+      "ActionEnd:step start failed",
+  };
+  BOOST_TEST(watch.seen == expected, boost::test_tools::per_element());
+  BOOST_TEST(run.trainer.state().step == 1);
+  BOOST_TEST(run.trainer.state().global_batch == 2);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_step_end_fires_exception_then_epoch_and_action_end) {
+  // Validation is due after every step; the failed StepEnd skips it.
+  RecordedRun run(TrainerOptions().max_epochs(2).val_every_n_steps(1).val_every_n_epochs(0));
+  ErrorWatch watch(run.trainer);
+  run.trainer.on(Event::StepEnd, [](State& s) {
+    if (s.step == 2) throw std::runtime_error("step end failed");
+  });
+  auto batches = make_batches(3, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  expect_rethrown([&] { run.trainer.fit(batches, validation); }, "step end failed");
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), evaluation(1), step(1),
+                                   "Exception EpochEnd ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  BOOST_TEST(error_set_from_exception_on(watch.seen));
+  BOOST_TEST(run.trainer.state().step == 2);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_batch_end_mid_window_ends_the_step_without_an_update) {
+  RecordedRun run(TrainerOptions().accumulate_grad_batches(3));
+  ErrorWatch watch(run.trainer);
+  run.trainer.on(Event::BatchEnd, [](State& s) {
+    if (s.window_position == 1) throw std::runtime_error("batch end failed");
+  });
+  const auto before = snapshot(*run.model);
+  auto batches = make_batches(6, 4);
+  expect_rethrown([&] { run.trainer.fit(batches); }, "batch end failed");
+  // The window's third batch does not run, and the accumulated gradients are not applied.
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart StepStart", batch(), batch(),
+                                   "Exception StepEnd EpochEnd ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  BOOST_TEST(error_set_from_exception_on(watch.seen));
+  BOOST_TEST(run.trainer.state().step == 0);
+  const auto after = snapshot(*run.model);
+  for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(before[i], after[i]));
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_epoch_end_fires_exception_then_action_end_only) {
+  RecordedRun run(TrainerOptions().max_epochs(3));
+  ErrorWatch watch(run.trainer);
+  run.trainer.on(Event::EpochEnd, [](State&) { throw std::runtime_error("epoch end failed"); });
+  auto batches = make_batches(2, 4);
+  expect_rethrown([&] { run.trainer.fit(batches); }, "epoch end failed");
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), step(1), "EpochEnd Exception ActionEnd"}));
+  BOOST_TEST(watch.exceptions == 1);
+  const std::vector<std::string> expected{"BatchEnd:-",
+                                          "StepEnd:-",
+                                          "BatchEnd:-",
+                                          "StepEnd:-",
+                                          "EpochEnd:-",
+                                          "Exception:epoch end failed",
+                                          "ActionEnd:epoch end failed"};
+  BOOST_TEST(watch.seen == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_action_end_fires_exception_once_and_no_end_again) {
+  RecordedRun run{TrainerOptions()};
+  ErrorWatch watch(run.trainer);
+  auto failing = run.trainer.on(Event::ActionEnd,
+                                [](State&) { throw std::runtime_error("action end failed"); });
+  auto batches = make_batches(1, 4);
+  expect_rethrown([&] { run.trainer.fit(batches); }, "action end failed");
+  // Every End was emitted once already: only Exception follows.
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), "EpochEnd ActionEnd Exception"}));
+  BOOST_TEST(watch.exceptions == 1);
+  const std::vector<std::string> expected{"BatchEnd:-", "StepEnd:-", "EpochEnd:-", "ActionEnd:-",
+                                          "Exception:action end failed"};
+  BOOST_TEST(watch.seen == expected, boost::test_tools::per_element());
+  // The trainer is idle again, and the next fit starts without the old error.
+  failing.disconnect();
+  run.recorder->events.clear();
+  run.trainer.fit(batches);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), "EpochEnd ActionEnd"}));
+  BOOST_TEST(!run.trainer.state().error);
+}
+
+BOOST_AUTO_TEST_CASE(subscribers_throwing_during_exception_or_pending_ends_are_logged_only) {
+  RecordedRun run{TrainerOptions()};
+  std::vector<std::string> later;
+  run.trainer.on(Event::BatchStart, [](State&) { throw std::runtime_error("batch start failed"); });
+  run.trainer.on(Event::Exception, [](State&) { throw std::runtime_error("exception handler"); });
+  run.trainer.on(Event::Exception, [&](State&) { later.emplace_back("Exception"); });
+  run.trainer.on(Event::StepEnd, [](State&) { throw StopTraining("ignored"); });
+  run.trainer.on(Event::StepEnd, [](State&) { throw std::runtime_error("step end handler"); });
+  run.trainer.on(Event::StepEnd, [&](State&) { later.emplace_back("StepEnd"); });
+  run.trainer.on(Event::BatchEnd, [](State&) { throw CancelBatch(); });
+  auto batches = make_batches(2, 4);
+  CapturedLog log;
+  expect_rethrown([&] { run.trainer.fit(batches); }, "batch start failed");
+  BOOST_TEST(run.events() ==
+             "ActionStart EpochStart StepStart BatchStart Exception BatchEnd "
+             "StepEnd EpochEnd ActionEnd");
+  // The other subscribers of each event still ran, each once.
+  BOOST_TEST(later == (std::vector<std::string>{"Exception", "StepEnd"}),
+             boost::test_tools::per_element());
+  const std::vector<std::string> logged{
+      "a subscriber threw during a guarded emission: exception handler",
+      "a subscriber threw during a guarded emission: step end handler",
+  };
+  BOOST_TEST(log.messages("error", "a subscriber threw") == logged,
+             boost::test_tools::per_element());
+  BOOST_TEST(!run.trainer.state().stop_requested());
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_eval_batch_start_during_fit_ends_evaluation_epoch_and_action) {
+  check_failed_validation_in_fit(EvalFailure::EvalBatchStart);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_the_eval_step_during_fit_ends_evaluation_epoch_and_action) {
+  check_failed_validation_in_fit(EvalFailure::EvalStep);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_eval_end_during_fit_ends_epoch_and_action) {
+  check_failed_validation_in_fit(EvalFailure::EvalEnd);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_eval_batch_start_in_evaluate_ends_evaluation_and_action) {
+  check_failed_evaluate(EvalFailure::EvalBatchStart);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_the_eval_step_in_evaluate_ends_evaluation_and_action) {
+  check_failed_evaluate(EvalFailure::EvalStep);
+}
+
+BOOST_AUTO_TEST_CASE(exception_from_eval_end_in_evaluate_ends_the_action) {
+  check_failed_evaluate(EvalFailure::EvalEnd);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
