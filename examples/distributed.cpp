@@ -29,8 +29,8 @@ class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
   at::Tensor inputs_, targets_;
 };
 
-int main(int argc, char** argv) {
-  const std::int64_t steps = argc > 1 ? std::atoll(argv[1]) : 60;
+/// Trains the MLP for `steps` optimizer steps on this process's rank of the launcher's run.
+void train(std::int64_t steps) {
   auto group = torchbus::ProcessGroup::from_environment();  // a world of one without a launcher
   torch::nn::Sequential model(torch::nn::Linear(784, 256), torch::nn::ReLU(),
                               torch::nn::Linear(256, 10));
@@ -64,5 +64,18 @@ int main(int argc, char** argv) {
     std::cout << "samples_per_second=" << 64.0 * group->world_size() * steps / seconds.count()
               << "\ndistributed example finished: " << trainer.state().step << " steps on "
               << group->world_size() << " rank(s)\n";
+  }
+}
+
+int main(int argc, char** argv) {
+  try {
+    train(argc > 1 ? std::atoll(argv[1]) : 60);
+    return 0;
+  } catch (const std::exception& error) {
+    // Any rank's failure ends here: a rank that died (`rank 0: all_reduce failed after 0.1 s: rank
+    // 1 closed the connection ...`), a timeout, a bad launch environment. Exiting non-zero lets
+    // the launcher end the run.
+    std::cerr << error.what() << "\n";
+    return 1;
   }
 }

@@ -9,13 +9,27 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <initializer_list>
+#include <thread>
 
 namespace torchbus {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+/// How long a rank that lost a connection waits for the other ranks' error reports (in a world of
+/// more than two), so that the ranks reporting nothing are the ones that died.
+constexpr std::chrono::milliseconds kReportGrace{2000};
+
 std::string seconds_of(std::chrono::milliseconds duration) {
   return detail::concat(static_cast<double>(duration.count()) / 1000.0, " s");
+}
+
+std::string seconds_of(Clock::duration duration) {
+  return fmt::format("{:.1f} s", std::chrono::duration<double>(duration).count());
 }
 
 std::string arrival_key(int rank) {
@@ -40,6 +54,38 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
       break;
   }
   return c10d::ReduceOp::SUM;
+}
+
+/// Why a collective failed, from Gloo's error and the time the wait took.
+enum class Failure : std::uint8_t { ConnectionLost, Timeout, Other };
+
+bool contains_any(const std::string& text, std::initializer_list<const char*> needles) {
+  return std::any_of(needles.begin(), needles.end(),
+                     [&](const char* needle) { return text.find(needle) != std::string::npos; });
+}
+
+/// A lost connection (a peer exited or crashed: fails at once) is told apart from a wait that ran
+/// out of time (a peer is stuck), by Gloo's message and by the time elapsed.
+Failure classify(const std::string& cause, Clock::duration elapsed,
+                 std::chrono::milliseconds timeout) {
+  std::string text = cause;
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (contains_any(text, {"connection closed by peer", "connection reset by peer", "broken pipe",
+                          "socket closed", "socket unexpectedly closed", "connection refused"})) {
+    return Failure::ConnectionLost;
+  }
+  if (contains_any(text, {"timed out", "timeout"}) || elapsed >= timeout) return Failure::Timeout;
+  return Failure::Other;
+}
+
+/// Gloo's message without its "[./gloo/...cc:589] " source location.
+std::string without_location(const std::string& message) {
+  if (message.rfind("[", 0) == 0) {
+    const auto end = message.find("] ");
+    if (end != std::string::npos && message.find(':') < end) return message.substr(end + 2);
+  }
+  return message;
 }
 
 bool is_loopback(const std::string& address) {
@@ -145,21 +191,54 @@ struct ProcessGroup::Backend {
     }
   }
 
-  /// What the other ranks reported before failing, for an error message.
-  std::string reported_failures(int own_rank, int world_size) const {
+  /// What the other ranks reported before failing and which reported nothing, for the error of
+  /// a collective that failed with `failure`. After a lost connection in a world of more than two,
+  /// first waits up to `grace` for the surviving ranks' reports, so the silent ones are the dead.
+  std::string diagnosis(const LaunchEnvironment& environment, Failure failure,
+                        std::chrono::milliseconds grace) const {
+    std::vector<std::string> others;
+    for (int rank = 0; rank < environment.world_size; ++rank) {
+      if (rank != environment.rank) others.push_back(failure_key(rank));
+    }
     std::string reports;
+    std::vector<std::string> silent;
     try {
-      for (int rank = 0; rank < world_size; ++rank) {
-        if (rank == own_rank || !store->check({failure_key(rank)})) continue;
+      if (failure == Failure::ConnectionLost && environment.world_size > 2) {
+        const auto deadline = Clock::now() + grace;
+        while (!store->check(others) && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+      for (int rank = 0; rank < environment.world_size; ++rank) {
+        if (rank == environment.rank) continue;
+        if (!store->check({failure_key(rank)})) {
+          silent.push_back(std::to_string(rank));
+          continue;
+        }
         const auto bytes = store->get(failure_key(rank));
         reports +=
             detail::concat("; rank ", rank, " failed: ", std::string(bytes.begin(), bytes.end()));
       }
     } catch (const std::exception&) {
-      reports += "; the rendezvous store is gone too (rank 0 has exited)";
+      return reports + (environment.agent_store
+                            ? "; the rendezvous store (torchrun's agent) is unreachable too"
+                            : "; rank 0 has exited: the rendezvous store it hosted is gone too");
     }
-    return reports.empty() ? "; no rank reported an error: one may have crashed or be stuck"
-                           : reports;
+    if (silent.empty()) return reports;
+    const auto who = detail::concat(silent.size() == 1 ? "rank " : "ranks ",
+                                    detail::join_or_none(silent), " reported no error");
+    switch (failure) {
+      case Failure::ConnectionLost:
+        return detail::concat(reports, "; ", who,
+                              environment.world_size == 2
+                                  ? ": killed, crashed or exited early"
+                                  : ": killed, crashed, stuck or exited early");
+      case Failure::Timeout:
+        return detail::concat(reports, "; ", who, ": stuck, or slower than the timeout");
+      case Failure::Other:
+        break;
+    }
+    return detail::concat(reports, "; ", who);
   }
 };
 
@@ -191,12 +270,39 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env
 
 template <typename Operation>
 void ProcessGroup::run(const char* what, Operation&& operation) {
+  TORCHBUS_CHECK(failure_.empty(), DistributedError, "rank ", rank(), ": ", what,
+                 " not attempted: the process group is broken since an earlier collective failed (",
+                 failure_, ")");
+  const auto start = Clock::now();
   try {
     operation();
   } catch (const std::exception& error) {
-    throw DistributedError(detail::concat(
-        "rank ", rank(), ": ", what, " failed (timeout ", seconds_of(options_.timeout()),
-        "): ", detail::first_line(error), backend_->reported_failures(rank(), world_size())));
+    const auto elapsed = Clock::now() - start;
+    const auto cause = without_location(detail::first_line(error));
+    const auto failure = classify(cause, elapsed, options_.timeout());
+    std::string message;
+    switch (failure) {
+      case Failure::ConnectionLost:
+        message = detail::concat(
+            "rank ", rank(), ": ", what, " failed after ", seconds_of(elapsed), ": ",
+            world_size() == 2 ? detail::concat("rank ", 1 - rank()) : std::string("a peer"),
+            " closed the connection (", cause, ")");
+        break;
+      case Failure::Timeout:
+        message = detail::concat("rank ", rank(), ": ", what, " timed out after ",
+                                 seconds_of(elapsed), " (DistributedOptions::timeout ",
+                                 seconds_of(options_.timeout()), "): ", cause);
+        break;
+      case Failure::Other:
+        message = detail::concat("rank ", rank(), ": ", what, " failed after ", seconds_of(elapsed),
+                                 ": ", cause);
+        break;
+    }
+    failure_ = message;
+    report_failure(message);  // before waiting for the others' reports: they wait for this one
+    throw DistributedError(
+        message +
+        backend_->diagnosis(environment_, failure, std::min(kReportGrace, options_.timeout())));
   }
 }
 

@@ -6,6 +6,7 @@
 // Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
 // stop_rank/stop_step (request a stop there), throw_rank/throw_step (throw there),
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
+// mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay).
 
 #include <torch/torch.h>
@@ -103,12 +104,14 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   const auto throw_rank = number(args, "throw_rank", -1);
   const auto throw_step = number(args, "throw_step", -1);
   const auto save_step = number(args, "save_step", -1);
+  const auto mark_step = number(args, "mark_step", -1);
   trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
     if (state.rank == stop_rank && state.step == stop_step) state.request_stop("test stop");
     if (state.rank == throw_rank && state.step == throw_step) {
       throw std::runtime_error("injected failure at step " + std::to_string(state.step));
     }
     if (state.rank == 0 && state.step == save_step) trainer.save_checkpoint(args.at("save"));
+    if (state.step == mark_step) std::ofstream(out + "/rank" + std::to_string(rank) + ".running");
   });
   if (args.count("resume")) trainer.resume_from(args.at("resume"));
 

@@ -4,7 +4,9 @@
 // (as torchrun's agent would), or through OpenMPI's mpirun.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,8 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <support/scratch.hpp>
@@ -41,11 +45,20 @@ inline int free_port() {
   return ntohs(address.sin_port);
 }
 
-/// Starts `program args...` with `environment` added to this process's environment.
+/// Starts `program args...` with `environment` added to this process's environment; with `log`,
+/// its standard output and error go to that file.
 inline pid_t spawn(const std::vector<std::string>& command,
-                   const std::map<std::string, std::string>& environment) {
+                   const std::map<std::string, std::string>& environment,
+                   const std::filesystem::path& log = {}) {
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!log.empty()) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) _exit(126);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
     for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const auto& part : command) argv.push_back(const_cast<char*>(part.c_str()));
@@ -68,6 +81,33 @@ inline Launch wait_all(const std::vector<pid_t>& pids,
   return launch;
 }
 
+/// The exit code of `pid` (128 + the signal if a signal ended it), or nothing if it is still
+/// running after `limit`; it is killed then.
+inline std::optional<int> wait_at_most(pid_t pid, std::chrono::duration<double> limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+/// torchrun's variables for rank `rank` of `world` on this machine.
+inline std::map<std::string, std::string> torchrun_environment(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
+}
+
 /// Runs `world` ranks of `program` with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 /// MASTER_ADDR, MASTER_PORT); `ranks` limits which ranks are started (all by default).
 inline Launch run_torchrun_style(const std::string& program, const std::vector<std::string>& args,
@@ -80,11 +120,9 @@ inline Launch run_torchrun_style(const std::string& program, const std::vector<s
   std::vector<pid_t> pids;
   for (const int rank : ranks) {
     auto environment = extra;
-    environment["RANK"] = std::to_string(rank);
-    environment["LOCAL_RANK"] = std::to_string(rank);
-    environment["WORLD_SIZE"] = std::to_string(world);
-    environment["MASTER_ADDR"] = "127.0.0.1";
-    environment["MASTER_PORT"] = std::to_string(port);
+    for (const auto& [name, value] : torchrun_environment(rank, world, port)) {
+      environment[name] = value;
+    }
     std::vector<std::string> command{program};
     command.insert(command.end(), args.begin(), args.end());
     pids.push_back(spawn(command, environment));

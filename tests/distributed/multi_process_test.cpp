@@ -1,6 +1,6 @@
 // Two ranks on loopback, started both ways users start them (torchrun's variables, mpirun),
 // against one process: same parameters, one all-reduce per bucket and step, agreed stops, a
-// failing rank reported instead of hanging, exact resume, and bad launch environments.
+// failing or killed rank reported instead of hanging, exact resume, and bad launch environments.
 
 #include "launch.hpp"
 
@@ -14,6 +14,13 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kWorker = TORCHBUS_DISTRIBUTED_WORKER;
+#ifdef TORCHBUS_EXAMPLE_DISTRIBUTED
+const fs::path kExample = TORCHBUS_EXAMPLE_DISTRIBUTED;
+#else
+// build/<preset>/tests/distributed_worker -> build/<preset>/examples/example_distributed
+const fs::path kExample =
+    fs::path(kWorker).parent_path().parent_path() / "examples" / "example_distributed";
+#endif
 
 std::vector<at::Tensor> load_parameters(const fs::path& path) {
   std::vector<at::Tensor> parameters;
@@ -85,6 +92,61 @@ auto mpirun_pair() {
   };
 }
 
+/// How the rank that was not killed ended.
+struct Survivor {
+  int exit_code = -1;  ///< -1: still running after the bound (then killed)
+  double seconds = 0;  ///< from the SIGKILL of the other rank to the survivor's exit
+  std::string output;  ///< its standard output and error
+};
+
+/// Starts two ranks of `command` (torchrun's variables, each rank's output in dir/rank<r>.log),
+/// waits until `running(dir)` says training is under way on both, SIGKILLs rank `victim` and
+/// waits at most `bound` for the other one.
+template <typename Running>
+Survivor kill_one_rank_mid_training(const std::vector<std::string>& command, int victim,
+                                    const fs::path& dir, Running running, double bound = 30.0) {
+  const auto port = free_port();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    pids.push_back(spawn(command, torchrun_environment(rank, 2, port),
+                         dir / ("rank" + std::to_string(rank) + ".log")));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  while (!running(dir) && std::chrono::steady_clock::now() - started < std::chrono::minutes(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool was_running = running(dir);
+  kill(pids[static_cast<std::size_t>(victim)], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  Survivor survivor;
+  const auto exit_code = wait_at_most(pids[static_cast<std::size_t>(1 - victim)],
+                                      std::chrono::duration<double>(bound));
+  survivor.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  waitpid(pids[static_cast<std::size_t>(victim)], nullptr, 0);
+  survivor.exit_code = exit_code.value_or(-1);
+  survivor.output = read_text(dir / ("rank" + std::to_string(1 - victim) + ".log"));
+  BOOST_REQUIRE_MESSAGE(was_running, "training never got under way: " + survivor.output);
+  return survivor;
+}
+
+/// The survivor of a SIGKILLed peer exits non-zero at once with one error that names the dead
+/// rank and says nothing of a timeout (the collective failed when the connection closed).
+void check_survivor(const Survivor& survivor, int victim, double timeout_seconds) {
+  BOOST_TEST_INFO("survivor's output: " << survivor.output);
+  BOOST_TEST(survivor.exit_code == 1);
+  BOOST_TEST(survivor.seconds < 30.0);
+  BOOST_TEST(survivor.output.find("terminate called") == std::string::npos);
+  BOOST_TEST(survivor.output.find("rank " + std::to_string(1 - victim) + ": ") !=
+             std::string::npos);
+  BOOST_TEST(survivor.output.find("rank " + std::to_string(victim) + " closed the connection") !=
+             std::string::npos);
+  if (survivor.seconds < timeout_seconds) {
+    BOOST_TEST(survivor.output.find("timeout") == std::string::npos);
+    BOOST_TEST(survivor.output.find("timed out") == std::string::npos);
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(multi_process)
@@ -153,6 +215,42 @@ BOOST_AUTO_TEST_CASE(a_failing_rank_makes_the_other_exit_with_a_clear_error) {
     BOOST_TEST(read_text(out.path / ("rank" + std::to_string(failing) + ".error"))
                    .find("injected failure at step 2") != std::string::npos);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_killed_mid_training_makes_the_other_exit_at_once_naming_it) {
+  for (const int victim : {1, 0}) {  // rank 0 also hosts the rendezvous store
+    BOOST_TEST_CONTEXT("rank " << victim << " killed") {
+      TempDir out("distributed");
+      const auto survivor = kill_one_rank_mid_training(
+          {kWorker, "out=" + out.path.string(), "epochs=100000", "mark_step=3", "timeout_ms=60000"},
+          victim, out.path, [](const fs::path& dir) {
+            return fs::exists(dir / "rank0.running") && fs::exists(dir / "rank1.running");
+          });
+      check_survivor(survivor, victim, 60.0);
+      if (victim == 1) {
+        BOOST_TEST(survivor.output.find("rank 1 reported no error: killed, crashed or exited "
+                                        "early") != std::string::npos);
+      } else {
+        BOOST_TEST(survivor.output.find("rank 0 has exited") != std::string::npos);
+      }
+    }
+  }
+}
+
+// The same with the example program users copy: its main catches the error, prints it and
+// returns 1 (it used to end in std::terminate).
+BOOST_AUTO_TEST_CASE(the_distributed_example_survives_a_killed_rank_with_a_clear_error) {
+  if (!fs::exists(kExample)) {
+    BOOST_TEST_MESSAGE("skipped: " << kExample << " is not built");
+    return;
+  }
+  TempDir out("distributed");
+  // stdbuf: the example's std::cout line by line, so that its progress shows in the log at once.
+  const auto survivor = kill_one_rank_mid_training(
+      {"stdbuf", "-oL", kExample.string(), "1000000"}, 1, out.path, [](const fs::path& dir) {
+        return read_text(dir / "rank0.log").find("step 20 ") != std::string::npos;
+      });
+  check_survivor(survivor, 1, 300.0);
 }
 
 BOOST_AUTO_TEST_CASE(a_checkpoint_of_rank_0_resumes_on_two_ranks_exactly) {

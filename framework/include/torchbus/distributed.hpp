@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct State;
 /// How a ProcessGroup connects and reduces, e.g. `DistributedOptions().timeout(10s)`.
 struct DistributedOptions {
   /// Limit for the rendezvous and for every collective; past it a DistributedError names the
-  /// ranks that did not arrive.
+  /// ranks that did not arrive. A peer that exits or crashes is reported at once, not waited out.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
   /// Largest gradient bucket in bytes: gradients are averaged with one all-reduce per bucket.
   TORCH_ARG(std::int64_t, bucket_bytes) = std::int64_t{25} << 20;
@@ -35,7 +36,9 @@ struct DistributedOptions {
 enum class ReduceOp : std::uint8_t { Sum, Min, Max };
 
 /// The processes of one data-parallel run. A world of one needs no network and makes every
-/// collective a no-op, so the same program runs on one process or many.
+/// collective a no-op, so the same program runs on one process or many. A collective that fails
+/// (a peer exited or crashed, or the timeout expired) throws DistributedError naming the ranks,
+/// and every later collective of the group throws at once.
 class ProcessGroup {
  public:
   /// Joins the run described by the launcher's environment (a world of one without launcher).
@@ -89,6 +92,7 @@ class ProcessGroup {
   DistributedOptions options_;
   std::unique_ptr<Backend> backend_;  // null in a world of one
   std::int64_t gradient_all_reduces_ = 0;
+  std::string failure_;  // the first failed collective's error; later ones are not attempted
 };
 
 /// The mean of `tensor` over the ranks of `state`'s process group (itself without one).
