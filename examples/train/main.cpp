@@ -408,6 +408,9 @@ Start prepare_run_directory(const Flags& flags, const std::string& identity) {
   const fs::path out(flags.out);
   const auto present = train::present_outputs(out);
   auto log = torchbus::logger();
+  if (flags.resume || flags.overwrite) {
+    torchbus::remove_stale_temporaries(out);  // of a run killed while it replaced a file
+  }
   if (!flags.resume) {
     if (!present.empty() && !flags.overwrite) {
       throw UsageError(fmt::format(

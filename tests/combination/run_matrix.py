@@ -1,0 +1,920 @@
+#!/usr/bin/python3
+"""Combination test of torchbus-train: runs it over a matrix of data source x checkpoint
+schedule x validation schedule x how the run ends, and checks the invariants of every cell
+(exit code, summary.json, checkpoint files, run directory contents, resume equivalence).
+
+A cell id is DATA/CHECKPOINTS/VALIDATION/END, e.g. csv/step7/steps5/sigterm:
+  DATA         synthetic (MLP, batch 256) | cnn (generated IDX set, --model cnn --batch-size 64)
+               | csv (generated CSV, batch 8)
+  CHECKPOINTS  epoch (epoch ends) | step1 | step7 (--checkpoint-every N) | none (--no-checkpoints)
+  VALIDATION   epoch (--val-every 1) | steps5 (--val-every 0 --val-every-steps 5)
+               | never (--val-every 0)
+  END          completes | max_steps | time_limit | nan | early_stop | sigint | sigterm | sigkill
+SIGINT/SIGTERM/SIGKILL cells resume (or, without checkpoints, --overwrite) and must end with
+the parameters of the uninterrupted run of the same flags (the "completes" cell, run once and
+cached).
+
+Standard library only. Typical use:
+
+  run_matrix.py --train build/release/examples/torchbus-train \\
+                --checker build/release/tests/checkpoint_check \\
+                --work /tmp/combination --sample 56 --seed 1
+  run_matrix.py ... --full                   # every cell (288)
+  run_matrix.py ... --data cnn --sample 4    # only CNN cells; --end sigkill: only those ends
+  run_matrix.py ... --cell csv/step7/steps5/sigterm --seed 1   # rerun one cell
+  run_matrix.py ... --list [--sample N]      # print the cell ids
+
+--sample N spreads the cells evenly over the ends. Random values of a cell (signal step, kill
+delay, max-steps) come from Random("<seed>/<cell>"), so `--cell ID --seed S` reruns what the
+sampled run did (the kill delay is a fraction of the reference run's measured duration, so it
+lands at a similar, not identical, moment). Every command line is printed before it runs; a
+passed cell's directory under WORK/cells is deleted, a failed one's is kept (--keep: all).
+
+The last line printed is `N passed, M failed`; the exit status is 1 if any cell failed.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+# ----------------------------------------------------------------------------------------------
+# The matrix
+
+EPOCHS = 2
+COMMON = ["--no-progress", "--threads", "1", "--log-every", "1"]
+
+IDX_TRAIN, IDX_TEST = 640, 128
+CSV_ROWS = 400
+CSV_BATCH = 8
+
+
+def csv_train_rows():
+    return CSV_ROWS - max(1, CSV_ROWS // 5)  # torchbus-train keeps the last fifth for validation
+
+
+DATA = {
+    # name: (flags, train samples, batch size)
+    "synthetic": (["--batch-size", "256"], 8192, 256),  # 32 steps an epoch
+    "cnn": (["--data", "mnist:{idx}", "--model", "cnn", "--batch-size", "64"], IDX_TRAIN, 64),
+    "csv": (["--data", "csv:{csv}", "--batch-size", str(CSV_BATCH)], csv_train_rows(), CSV_BATCH),
+}
+
+CKPT = {
+    "epoch": [],
+    "step1": ["--checkpoint-every", "1"],
+    "step7": ["--checkpoint-every", "7"],
+    "none": ["--no-checkpoints"],
+}
+
+VAL = {
+    "epoch": ["--val-every", "1"],
+    "steps5": ["--val-every", "0", "--val-every-steps", "5"],
+    "never": ["--val-every", "0"],
+}
+
+ENDS = ["completes", "max_steps", "time_limit", "nan", "early_stop", "sigint", "sigterm",
+        "sigkill"]
+
+# Flags some ends add (they change the run, so such cells have no reference run), and their
+# epochs.
+TIME_LIMIT_FLAGS, TIME_LIMIT_EPOCHS = ["--time-limit", "0.5"], 1000  # the limit ends it
+NAN_FLAGS = ["--optimizer", "sgd", "--lr", "1e30"]  # non-finite loss within a few steps
+EARLY_STOP_FLAGS, EARLY_STOP_EPOCHS = ["--early-stopping", "1"], 30
+
+ALLOWED_OUT = {"train.log", "identity.txt", "summary.json", "metrics.csv", "report.html",
+               "tensorboard", "checkpoints"}
+SANITIZER = re.compile(r"AddressSanitizer|runtime error:|LeakSanitizer|UndefinedBehaviorSanitizer")
+SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}
+
+
+def all_cells():
+    return ["/".join((d, c, v, e)) for d in DATA for c in CKPT for v in VAL for e in ENDS]
+
+
+def stratified_sample(cells, count, rng):
+    """`count` cells, spread evenly over the ends (then at random), in matrix order."""
+    groups = {}
+    for cell in cells:
+        groups.setdefault(cell.split("/")[3], []).append(cell)
+    ends = sorted(groups)
+    rng.shuffle(ends)
+    for end in ends:
+        rng.shuffle(groups[end])
+    chosen = []
+    while len(chosen) < min(count, len(cells)):
+        for end in ends:
+            if groups[end] and len(chosen) < count:
+                chosen.append(groups[end].pop())
+    return sorted(chosen, key=all_cells().index)
+
+
+def steps_per_epoch(data):
+    _, samples, batch = DATA[data]
+    return (samples + batch - 1) // batch
+
+
+def full_steps(data):
+    return EPOCHS * steps_per_epoch(data)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data files
+
+
+def write_idx_pair(images, labels, count, mislabel_every=0):
+    """IDX images (magic 2051) and labels (2049), label encoded in brightness (as train_test.cpp).
+    With mislabel_every n, every n-th label is wrong: a model that grows confident then sees its
+    loss on them rise, so validation loss stops improving and early stopping triggers."""
+    pixels = bytearray()
+    for i in range(count):
+        label = i % 10
+        pixels += bytes((label * 25 + (p % 3)) & 0xFF for p in range(28 * 28))
+    with open(images, "wb") as f:
+        f.write(struct.pack(">IIII", 2051, count, 28, 28))
+        f.write(pixels)
+    with open(labels, "wb") as f:
+        f.write(struct.pack(">II", 2049, count))
+        f.write(bytes((i % 10 + (1 if mislabel_every and i % mislabel_every == 3 else 0)) % 10
+                      for i in range(count)))
+
+
+def write_csv(path, nan_rows=False):
+    """~400 rows, 3 numeric features, 3 classes, learnable (class centres + small noise); one in
+    ten validation rows is mislabelled (see write_idx_pair). With nan_rows, some training rows
+    hold NaN cells (every 37th row)."""
+    rng = random.Random(1234)
+    centres = [(0.0, 1.0, -1.0), (1.5, -0.5, 0.5), (-1.0, -1.0, 1.5)]
+    lines = ["x0,x1,x2,label"]
+    for i in range(CSV_ROWS):
+        label = i % 3
+        cells = ["%.4f" % (c + rng.gauss(0, 0.3)) for c in centres[label]]
+        if nan_rows and i % 37 == 5 and i < csv_train_rows():
+            cells[i % 3] = "nan"
+        if i >= csv_train_rows() and i % 10 == 0:
+            label = (label + 1) % 3
+        lines.append(",".join(cells + [str(label)]))
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def make_data(work):
+    root = os.path.join(work, "data")
+    idx = os.path.join(root, "idx")
+    os.makedirs(idx, exist_ok=True)
+    write_idx_pair(os.path.join(idx, "train-images-idx3-ubyte"),
+                   os.path.join(idx, "train-labels-idx1-ubyte"), IDX_TRAIN)
+    write_idx_pair(os.path.join(idx, "t10k-images-idx3-ubyte"),
+                   os.path.join(idx, "t10k-labels-idx1-ubyte"), IDX_TEST, mislabel_every=10)
+    csv = os.path.join(root, "data.csv")
+    write_csv(csv)
+    csv_nan = os.path.join(root, "data_nan.csv")
+    write_csv(csv_nan, nan_rows=True)
+    return {"idx": idx, "csv": csv, "csv_nan": csv_nan}
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the program
+
+
+class Failure(Exception):
+    """A cell's invariant does not hold; the message is the one-line reason."""
+
+
+class Run:
+    def __init__(self, argv):
+        self.argv = argv
+        self.rc = None
+        self.stdout = ""
+        self.stderr = ""
+        self.seconds = 0.0
+        self.timed_out = False
+
+    def output(self):
+        return self.stdout + self.stderr
+
+    def describe_exit(self):
+        if self.timed_out:
+            return "timed out"
+        if self.rc is not None and self.rc < 0:
+            return "killed by signal %d (%s)" % (-self.rc, signal.Signals(-self.rc).name)
+        return "exit %s" % self.rc
+
+    def last_stderr(self):
+        lines = [l.strip() for l in self.stderr.splitlines() if l.strip()]
+        if not lines:
+            lines = [l.strip() for l in self.stdout.splitlines() if l.strip()]
+        return lines[-1][:240] if lines else "(no output)"
+
+
+class Runner:
+    def __init__(self, options, printer):
+        self.train = options.train
+        self.checker = options.checker
+        self.timeout = options.timeout
+        self.print = printer
+        self.live = []
+
+    def start(self, args):
+        run = Run([self.train] + args)
+        self.print("  $ " + " ".join(shlex.quote(a) for a in run.argv))
+        for attempt in range(10):
+            run.start_time = time.monotonic()
+            try:
+                run.process = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               start_new_session=True)
+                break
+            except OSError as error:  # e.g. the executable is being relinked right now
+                if attempt == 9:
+                    raise Failure("cannot start %s: %s" % (self.train, error))
+                time.sleep(1.0)
+        self.live.append(run.process)
+        run.chunks = {"stdout": [], "stderr": []}
+        run.marker = None
+        run.marker_seen = threading.Event()
+
+        def read(stream, name):
+            for raw in iter(stream.readline, b""):
+                line = raw.decode("utf-8", "replace")
+                run.chunks[name].append(line)
+                if run.marker is not None and run.marker.search(line):
+                    run.marker_seen.set()
+            stream.close()
+
+        run.readers = [threading.Thread(target=read, args=(run.process.stdout, "stdout")),
+                       threading.Thread(target=read, args=(run.process.stderr, "stderr"))]
+        for reader in run.readers:
+            reader.daemon = True
+            reader.start()
+        return run
+
+    def finish(self, run, timeout=None):
+        timeout = self.timeout if timeout is None else timeout
+        remaining = max(0.1, timeout - (time.monotonic() - run.start_time))
+        try:
+            run.rc = run.process.wait(remaining)
+        except subprocess.TimeoutExpired:
+            run.timed_out = True
+            run.process.kill()
+            run.rc = run.process.wait()
+        run.seconds = time.monotonic() - run.start_time
+        for reader in run.readers:
+            reader.join(10)
+        run.stdout = "".join(run.chunks["stdout"])
+        run.stderr = "".join(run.chunks["stderr"])
+        self.live.remove(run.process)
+        self.print("    -> %s in %.1f s" % (run.describe_exit(), run.seconds))
+        return run
+
+    def run(self, args):
+        return self.finish(self.start(args))
+
+    def kill_all(self):
+        for process in list(self.live):
+            try:
+                process.kill()
+            except OSError:
+                pass
+
+    def check_checkpoints(self, paths):
+        """{path: result dict} from checkpoint_check."""
+        if not paths:
+            return {}
+        result = subprocess.run([self.checker] + paths, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        found = {}
+        for line in result.stdout.decode("utf-8", "replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                raise Failure("checkpoint_check printed a line that is not JSON: %r" % line[:200])
+            found[entry.get("path")] = entry
+        missing = [p for p in paths if p not in found]
+        if missing:
+            raise Failure("checkpoint_check said nothing about %s (exit %d, stderr %r)" %
+                          (missing[0], result.returncode,
+                           result.stderr.decode("utf-8", "replace")[-200:]))
+        if SANITIZER.search(result.stderr.decode("utf-8", "replace")):
+            raise Failure("checkpoint_check: sanitizer report: " +
+                          result.stderr.decode("utf-8", "replace")[-300:])
+        return found
+
+
+# ----------------------------------------------------------------------------------------------
+# Invariants
+
+
+def snapshot(directory):
+    """Everything observable about a directory tree: names, link targets, sizes, mtimes, contents."""
+    if not os.path.lexists(directory):
+        return None
+    state = {}
+    for root, dirs, files in os.walk(directory):
+        rel_root = os.path.relpath(root, directory)
+        stat = os.lstat(root)
+        state[rel_root + "/"] = ("dir", stat.st_mtime_ns)
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.normpath(os.path.join(rel_root, name))
+            stat = os.lstat(path)
+            if os.path.islink(path):
+                state[rel] = ("link", os.readlink(path), stat.st_mtime_ns)
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                state[rel] = ("file", stat.st_size, stat.st_mtime_ns, digest)
+    return state
+
+
+def snapshot_difference(before, after):
+    if before == after:
+        return None
+    if before is None:
+        return "it did not exist and was created"
+    if after is None:
+        return "it was removed"
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
+    parts = []
+    if added:
+        parts.append("added " + ", ".join(added[:4]))
+    if removed:
+        parts.append("removed " + ", ".join(removed[:4]))
+    if changed:
+        parts.append("changed " + ", ".join(changed[:4]))
+    return "; ".join(parts)
+
+
+def read_summary(out):
+    path = os.path.join(out, "summary.json")
+    if not os.path.isfile(path):
+        raise Failure("no summary.json")
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except ValueError as error:
+        raise Failure("summary.json is not JSON: %s" % error)
+    if not isinstance(summary, dict):
+        raise Failure("summary.json is not a JSON object")
+    return summary
+
+
+def reason_matches(reason, expected):
+    """expected: an exact text, or a prefix ending with '*'."""
+    if not isinstance(reason, str):
+        return False
+    if expected.endswith("*"):
+        return reason.startswith(expected[:-1])
+    return reason == expected
+
+
+class Checks:
+    """Collects the problems of one cell; the first ones make its one-line reason."""
+
+    def __init__(self, runner, cell_flags):
+        self.runner = runner
+        self.flags = cell_flags
+        self.problems = []
+
+    def fail(self, text):
+        self.problems.append(text)
+
+    def no_sanitizer(self, run, what):
+        match = SANITIZER.search(run.output())
+        if match:
+            line = next((l for l in run.output().splitlines() if SANITIZER.search(l)), "")
+            self.fail("%s: sanitizer report: %s" % (what, line.strip()[:200]))
+
+    def exit_code(self, run, expected, what):
+        """True when `run` exited with `expected` (an int, or a set of ints)."""
+        self.no_sanitizer(run, what)
+        accepted = expected if isinstance(expected, (set, frozenset)) else {expected}
+        if run.rc in accepted and not run.timed_out:
+            return True
+        wanted = "/".join(("killed by signal %d" % -e) if e < 0 else str(e) for e in sorted(accepted))
+        self.fail("%s: %s, expected %s; last line: %s" %
+                  (what, run.describe_exit(), wanted, run.last_stderr()))
+        if run.rc == 1 and "--help" in run.stderr:
+            self.fail("%s: exit 1 (runtime failure) followed by the --help hint" % what)
+        return False
+
+    def usage_error(self, run, what, out, before):
+        """Exit 2 with a message on stderr, nothing trained, no summary, directory as before."""
+        if not self.exit_code(run, 2, what):
+            return
+        if not run.stderr.strip():
+            self.fail("%s: exit 2 with nothing on stderr" % what)
+        if re.search(r"\bstep 1 epoch\b", run.output()):
+            self.fail("%s: exit 2 after training had started (logged step 1)" % what)
+        after = snapshot(out)
+        if before is None:
+            if after is not None and "summary.json" in after:
+                self.fail("%s: exit 2 but wrote summary.json" % what)
+        else:
+            difference = snapshot_difference(before, after)
+            if difference:
+                self.fail("%s: exit 2 but the run directory changed: %s" % (what, difference))
+
+    def outputs(self, run, out, expected_reason, steps=None, what="run"):
+        """summary.json, checkpoint files and the run directory after an exit 0 or 128+N.
+        `steps`: an int, a (low, high) range, or None. Returns the summary (or None)."""
+        try:
+            summary = read_summary(out)
+        except Failure as error:
+            self.fail("%s: %s (%s)" % (what, error, run.describe_exit()))
+            summary = None
+        if summary is not None:
+            reason = summary.get("stop_reason")
+            if not reason_matches(reason, expected_reason):
+                self.fail("%s: stop_reason %s, expected %s" %
+                          (what, json.dumps(reason), json.dumps(expected_reason.rstrip("*")) +
+                           (" (prefix)" if expected_reason.endswith("*") else "")))
+            if "exit_code" not in summary:
+                self.fail("%s: summary.json has no exit_code" % what)
+            elif summary["exit_code"] != run.rc:
+                self.fail("%s: summary.json exit_code %s, but the process exited %s" %
+                          (what, json.dumps(summary["exit_code"]), run.rc))
+            identity = summary.get("identity")
+            if not isinstance(identity, str) or not identity.strip():
+                self.fail("%s: summary.json identity is %s, expected the run identity text" %
+                          (what, "missing" if identity is None else json.dumps(identity)[:60]))
+            sha = summary.get("params_sha256")
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+                self.fail("%s: params_sha256 %s is not 64 hex digits" % (what, json.dumps(sha)))
+            got = summary.get("steps")
+            if not isinstance(got, int) or isinstance(got, bool):
+                self.fail("%s: steps %s is not an integer" % (what, json.dumps(got)))
+            elif isinstance(steps, int) and got != steps:
+                self.fail("%s: steps %d, expected %d" % (what, got, steps))
+            elif isinstance(steps, tuple) and not steps[0] <= got <= steps[1]:
+                self.fail("%s: steps %d, expected %d..%d" % (what, got, steps[0], steps[1]))
+        self.directory(out, what)
+        self.checkpoints(out, summary, what)
+        return summary
+
+    def continued_from(self, run, newest, total, what):
+        """The run trained from step newest + 1 (from step 1 if no checkpoint): its first
+        logged step (--log-every 1) says where it started."""
+        first = re.search(r"\bstep (\d+) epoch\b", run.stdout + run.stderr)
+        expected = (newest or 0) + 1
+        if expected > total:
+            if first:
+                self.fail("%s: the newest checkpoint is of the last step %d, yet it trained "
+                          "(logged step %s)" % (what, total, first.group(1)))
+        elif not first:
+            self.fail("%s: logged no step; expected to train from step %d" % (what, expected))
+        elif int(first.group(1)) != expected:
+            self.fail("%s: first logged step %s, expected %d (%s)" %
+                      (what, first.group(1), expected,
+                       "the newest checkpoint is of step %d" % newest if newest
+                       else "no valid checkpoint: from scratch"))
+
+    def directory(self, out, what):
+        if not os.path.isdir(out):
+            self.fail("%s: run directory %s missing" % (what, out))
+            return
+        extra = sorted(set(os.listdir(out)) - ALLOWED_OUT)
+        if extra:
+            self.fail("%s: unexpected file(s) in the run directory: %s" % (what, ", ".join(extra)))
+        for root, dirs, files in os.walk(out):
+            for name in dirs + files:
+                if ".tmp" in name:
+                    self.fail("%s: leftover temporary %s" %
+                              (what, os.path.relpath(os.path.join(root, name), out)))
+                    return
+
+    def checkpoints(self, out, summary, what):
+        directory = os.path.join(out, "checkpoints")
+        files = []
+        if os.path.isdir(directory):
+            files = sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                           if n.endswith(".tbckpt"))
+        checkpoints_on = "--no-checkpoints" not in self.flags
+        if not checkpoints_on:
+            if files:
+                self.fail("%s: --no-checkpoints, yet %d checkpoint file(s) in %s" %
+                          (what, len(files), directory))
+            return
+        try:
+            results = self.runner.check_checkpoints(files)
+        except Failure as error:
+            self.fail("%s: %s" % (what, error))
+            return
+        identity = summary.get("identity") if summary else None
+        steps = summary.get("steps") if summary else None
+        newest = -1
+        for path in files:
+            entry = results[path]
+            name = os.path.basename(path)
+            if not entry.get("ok"):
+                self.fail("%s: checkpoint %s unreadable: %s" % (what, name, entry.get("error")))
+                continue
+            newest = max(newest, entry.get("step", -1))
+            if isinstance(identity, str) and identity and entry.get("identity") != identity:
+                self.fail("%s: checkpoint %s has identity %s, summary.json %s" %
+                          (what, name, json.dumps(entry.get("identity"))[:80],
+                           json.dumps(identity)[:80]))
+            if isinstance(steps, int) and entry.get("step", 0) > steps:
+                self.fail("%s: checkpoint %s is of step %d, after the run's last step %d" %
+                          (what, name, entry.get("step"), steps))
+        if summary and reason_matches(summary.get("stop_reason"), "completed") and not files:
+            self.fail("%s: completed with checkpoints on, but %s holds no checkpoint" %
+                      (what, directory))
+        if files and not os.path.lexists(os.path.join(directory, "last.tbckpt")):
+            self.fail("%s: checkpoints but no last.tbckpt" % what)
+        return newest
+
+
+# ----------------------------------------------------------------------------------------------
+# Cells
+
+
+class Matrix:
+    def __init__(self, options, runner, data_files, printer):
+        self.options = options
+        self.runner = runner
+        self.files = data_files
+        self.print = printer
+        self.references = {}  # (data, ckpt, val) -> (problems, sha, seconds)
+        self.relaunch_checked = set()  # data sources whose relaunch check ran
+
+    def cell_dir(self, cell, tag):
+        return os.path.join(self.options.work, "cells", cell.replace("/", "-"), tag)
+
+    def flags(self, data, ckpt, val, out, epochs=EPOCHS):
+        flags = [f.format(**self.files) for f in DATA[data][0]]
+        return flags + CKPT[ckpt] + VAL[val] + ["--epochs", str(epochs)] + COMMON + ["--out", out]
+
+    # The uninterrupted run of a (data, ckpt, val) combination, run once per driver invocation.
+    # The first reference run of each data source also checks that a second fresh launch into
+    # its finished directory is refused; those problems go to the cell that triggered it.
+    def reference(self, data, ckpt, val):
+        key = (data, ckpt, val)
+        relaunch_problems = []
+        if key not in self.references:
+            cell = "/".join((data, ckpt, val, "completes"))
+            self.print("  reference run (%s):" % cell)
+            out = self.cell_dir(cell, "reference")
+            shutil.rmtree(out, ignore_errors=True)
+            checks = Checks(self.runner, self.flags(data, ckpt, val, out))
+            run = self.runner.run(checks.flags)
+            sha = None
+            if checks.exit_code(run, 0, "run"):
+                summary = checks.outputs(run, out, "completed", full_steps(data))
+                sha = summary.get("params_sha256") if summary else None
+                if data not in self.relaunch_checked:
+                    self.relaunch_checked.add(data)
+                    relaunch = Checks(self.runner, checks.flags)
+                    before = snapshot(out)
+                    again = self.runner.run(checks.flags)
+                    relaunch.usage_error(again, "relaunch into a finished run directory without "
+                                         "--resume/--overwrite", out, before)
+                    relaunch_problems = relaunch.problems
+            if not checks.problems and not relaunch_problems and not self.options.keep:
+                shutil.rmtree(out, ignore_errors=True)
+            self.references[key] = (checks.problems, sha, run.seconds)
+        problems, sha, seconds = self.references[key]
+        return problems, sha, seconds, relaunch_problems
+
+    def reference_sha(self, data, ckpt, val, checks):
+        problems, sha, seconds, relaunch_problems = self.reference(data, ckpt, val)
+        checks.problems.extend(relaunch_problems)
+        if sha is None:  # its other problems are the completes cell's, not this one's
+            raise Failure("reference run (%s/%s/%s/completes) failed: %s" %
+                          (data, ckpt, val, problems[0] if problems else "no params_sha256"))
+        return sha, seconds
+
+    def run_cell(self, cell, seed):
+        """Runs one cell; returns (problems, note)."""
+        data, ckpt, val, end = cell.split("/")
+        rng = random.Random("%s/%s" % (seed, cell))
+        out = self.cell_dir(cell, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        flags = self.flags(data, ckpt, val, out)
+        checks = Checks(self.runner, flags)
+        total = full_steps(data)
+        no_validation = val == "never"
+        note = ""
+
+        if end == "completes":
+            problems, _, seconds, relaunch_problems = self.reference(data, ckpt, val)
+            return list(problems) + relaunch_problems, "%.1f s" % seconds
+
+        if end == "early_stop" and no_validation:
+            checks.flags = self.flags(data, ckpt, val, out, EARLY_STOP_EPOCHS) + EARLY_STOP_FLAGS
+            run = self.runner.run(checks.flags)
+            checks.usage_error(run, "--early-stopping without validation", out, None)
+            return checks.problems, "usage error expected"
+
+        if end == "max_steps":
+            k = rng.randint(1, total - 1)
+            checks.flags = flags + ["--max-steps", str(k)]
+            run = self.runner.run(checks.flags)
+            if checks.exit_code(run, 0, "run"):
+                checks.outputs(run, out, "max_steps reached", k)
+            return checks.problems, "max-steps %d" % k
+
+        if end == "time_limit":
+            checks.flags = self.flags(data, ckpt, val, out, TIME_LIMIT_EPOCHS) + TIME_LIMIT_FLAGS
+            run = self.runner.run(checks.flags)
+            if checks.exit_code(run, 0, "run"):
+                checks.outputs(run, out, "Timer: time limit*")
+            return checks.problems, ""
+
+        if end == "nan":
+            if data == "csv":
+                checks.flags = [f.replace(self.files["csv"], self.files["csv_nan"]) for f in flags]
+            else:
+                checks.flags = flags + NAN_FLAGS
+            run = self.runner.run(checks.flags)
+            if checks.exit_code(run, 0, "run"):
+                checks.outputs(run, out, "TerminateOnNaN:*", (0, total - 1))
+            return checks.problems, ""
+
+        if end == "early_stop":
+            checks.flags = self.flags(data, ckpt, val, out, EARLY_STOP_EPOCHS) + EARLY_STOP_FLAGS
+            run = self.runner.run(checks.flags)
+            if checks.exit_code(run, 0, "run"):
+                summary = checks.outputs(run, out, "EarlyStopping:*")
+                if summary:
+                    note = "stopped at step %s" % summary.get("steps")
+            return checks.problems, note
+
+        if end in SIGNALS:
+            number = SIGNALS[end]
+            expected_rc = 128 + number
+            k = rng.randint(1, max(1, (total * 3) // 5))
+            run = self.runner.start(flags)
+            landed = self.signal_at_step(run, out, k, number)
+            self.runner.finish(run)
+            note = "%s after step %d" % (end.upper(), k)
+            if not landed:
+                checks.no_sanitizer(run, "run")
+                checks.fail("run: never logged 'step %d epoch' (%s; last line: %s)" %
+                            (k, run.describe_exit(), run.last_stderr()))
+                return checks.problems, note
+            if not checks.exit_code(run, expected_rc, "run after %s" % end.upper()):
+                return checks.problems, note
+            summary = checks.outputs(run, out, "interrupted (%s)" % end.upper(), (k, total),
+                                     what="run after %s" % end.upper())
+            if summary and ckpt != "none":
+                newest = self.newest_checkpoint_step(out)
+                if isinstance(summary.get("steps"), int) and newest != summary["steps"]:
+                    checks.fail("run after %s: newest checkpoint is of step %s, the run stopped "
+                                "at step %d (no checkpoint at the stop)" %
+                                (end.upper(), newest, summary["steps"]))
+            if ckpt == "none":
+                return checks.problems, note
+            sha, _ = self.reference_sha(data, ckpt, val, checks)
+            newest = self.newest_checkpoint_step(out)
+            resumed = self.runner.run(flags + ["--resume"])
+            if checks.exit_code(resumed, 0, "--resume"):
+                checks.continued_from(resumed, newest, total, "--resume")
+                summary = checks.outputs(resumed, out, "completed", total, what="--resume")
+                if summary and summary.get("params_sha256") != sha:
+                    checks.fail("--resume: params_sha256 %s differs from the uninterrupted run's "
+                                "%s" % (str(summary.get("params_sha256"))[:12], sha[:12]))
+            return checks.problems, note
+
+        if end == "sigkill":
+            sha, seconds = self.reference_sha(data, ckpt, val, checks)
+            fraction = rng.uniform(0.0, 1.15)
+            delay = fraction * seconds
+            run = self.runner.start(flags)
+            time.sleep(delay)
+            if run.process.poll() is None:
+                os.kill(run.process.pid, signal.SIGKILL)
+            self.runner.finish(run)
+            checks.no_sanitizer(run, "killed run")
+            if run.rc not in (-signal.SIGKILL, 0):
+                checks.fail("killed run: %s, expected killed by signal 9 (or exit 0 if it finished "
+                            "first); last line: %s" % (run.describe_exit(), run.last_stderr()))
+                return checks.problems, ""
+            checkpoint_files = self.checkpoint_files(out)
+            valid = [e for e in self.runner.check_checkpoints(checkpoint_files).values()
+                     if e.get("ok")] if checkpoint_files else []
+            if run.rc == 0:
+                landed = "after the run finished"
+            elif ckpt == "none":
+                landed = "while it ran"
+            elif not valid:
+                landed = "before the first checkpoint"
+            else:
+                landed = "after step %d's checkpoint" % max(e.get("step", -1) for e in valid)
+            temporaries = [os.path.relpath(os.path.join(root, n), out)
+                           for root, dirs, files in os.walk(out) for n in dirs + files
+                           if ".tmp" in n]
+            if temporaries:
+                landed += ", during a write (%s)" % temporaries[0]
+            note = "SIGKILL at %.2f s (%.0f%% of the reference), %s" % (delay, fraction * 100,
+                                                                        landed)
+            if ckpt == "none":
+                before = snapshot(out)
+                resumed = self.runner.run(flags + ["--resume"])
+                checks.usage_error(resumed, "--resume with --no-checkpoints", out, before)
+                what = "--overwrite"
+                again = self.runner.run(flags + [what])
+                finished = checks.exit_code(again, 0, what)
+            else:
+                what = "--resume"
+                newest = max((e.get("step", -1) for e in valid), default=None)
+                again = self.runner.run(flags + [what])
+                finished = checks.exit_code(again, 0, what)
+                if finished:
+                    checks.continued_from(again, newest, total, what)
+                if finished and run.rc != 0 and not valid and \
+                        not re.search(r"warn", again.output(), re.IGNORECASE):
+                    checks.fail("--resume: no valid checkpoint to resume from, yet no warning "
+                                "that it starts from scratch")
+            if finished:
+                summary = checks.outputs(again, out, "completed", total, what=what)
+                if summary and summary.get("params_sha256") != sha:
+                    checks.fail("%s: params_sha256 %s differs from the uninterrupted run's %s" %
+                                (what, str(summary.get("params_sha256"))[:12], sha[:12]))
+            return checks.problems, note
+
+        raise AssertionError(cell)
+
+    def signal_at_step(self, run, out, k, number):
+        """Sends `number` once step k is logged (console or train.log); False if it never was."""
+        run.marker = re.compile(r"\bstep %d epoch\b" % k)
+        # A line read before the marker was set.
+        if any(run.marker.search(l) for l in list(run.chunks["stdout"]) +
+               list(run.chunks["stderr"])):
+            run.marker_seen.set()
+        log = os.path.join(out, "train.log")
+        deadline = time.monotonic() + self.runner.timeout
+        next_log_poll = 0.0
+        while time.monotonic() < deadline:
+            if run.marker_seen.wait(0.002):
+                break
+            if time.monotonic() >= next_log_poll:
+                next_log_poll = time.monotonic() + 0.02
+                try:
+                    with open(log, errors="replace") as f:
+                        if run.marker.search(f.read()):
+                            break
+                except OSError:
+                    pass
+            if run.process.poll() is not None:
+                return False
+        else:
+            return False
+        try:
+            os.kill(run.process.pid, number)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def checkpoint_files(self, out):
+        directory = os.path.join(out, "checkpoints")
+        if not os.path.isdir(directory):
+            return []
+        return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                      if n.endswith(".tbckpt"))
+
+    def newest_checkpoint_step(self, out):
+        files = self.checkpoint_files(out)
+        try:
+            results = self.runner.check_checkpoints(files)
+        except Failure:
+            return None
+        steps = [e.get("step") for e in results.values() if e.get("ok")]
+        return max(steps) if steps else None
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", required=True, help="the torchbus-train executable")
+    parser.add_argument("--checker", required=True, help="the checkpoint_check executable")
+    parser.add_argument("--work", required=True, help="scratch directory (created)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sample", type=int, help="run N cells drawn with --seed")
+    mode.add_argument("--full", action="store_true",
+                      help="run every cell (every cell the filters leave, if there are filters)")
+    mode.add_argument("--cell", action="append", help="run this cell (repeatable)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the ids of the cells chosen (all, without --sample/--cell) "
+                        "and exit")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the sample (spread evenly over "
+                        "the ends) and of each cell's random values (default 1)")
+    parser.add_argument("--data", help="only these data sources, comma-separated: " +
+                        ", ".join(DATA))
+    parser.add_argument("--end", help="only these ends, comma-separated: " + ", ".join(ENDS))
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds one process may run (default 180)")
+    parser.add_argument("--keep", action="store_true", help="keep the directories of passed cells")
+    parser.add_argument("--allow", action="append", default=[], metavar="NAME",
+                        help="also accept NAME in a run directory (repeatable; the expected "
+                        "names are %s)" % ", ".join(sorted(ALLOWED_OUT)))
+    options = parser.parse_args()
+    ALLOWED_OUT.update(options.allow)
+
+    def printer(text):
+        print(text, flush=True)
+
+    cells = all_cells()
+    for axis, index, names in (("data", 0, DATA), ("end", 3, ENDS)):
+        wanted = getattr(options, axis)
+        if wanted:
+            chosen = wanted.split(",")
+            unknown = [c for c in chosen if c not in names]
+            if unknown:
+                parser.error("--%s: unknown %s; expected %s" % (axis, ", ".join(unknown),
+                                                                  ", ".join(names)))
+            cells = [c for c in cells if c.split("/")[index] in chosen]
+    if options.cell:
+        unknown = [c for c in options.cell if c not in all_cells()]
+        if unknown:
+            parser.error("unknown cell %s (see --list)" % ", ".join(unknown))
+        cells = options.cell
+    elif options.sample is not None:
+        cells = stratified_sample(cells, options.sample, random.Random(options.seed))
+    elif not (options.full or options.data or options.end or options.list):
+        parser.error("choose --sample N, --full (or a --data/--end filter), --cell ID or --list")
+    if options.list:
+        print("\n".join(cells))
+        return 0
+    for tool in (options.train, options.checker):
+        if not os.access(tool, os.X_OK):
+            parser.error("%s is not an executable" % tool)
+    options.train = os.path.abspath(options.train)
+    options.checker = os.path.abspath(options.checker)
+    options.work = os.path.abspath(options.work)
+    os.makedirs(options.work, exist_ok=True)
+    shutil.rmtree(os.path.join(options.work, "cells"), ignore_errors=True)
+
+    runner = Runner(options, printer)
+    matrix = Matrix(options, runner, make_data(options.work), printer)
+    me = [sys.executable, os.path.abspath(__file__), "--train", options.train, "--checker",
+          options.checker, "--work", options.work, "--seed", str(options.seed),
+          "--timeout", "%g" % options.timeout]
+    for name in options.allow:
+        me += ["--allow", name]
+    failed = []
+    passed = 0
+    started = time.monotonic()
+    try:
+        for number, cell in enumerate(cells, 1):
+            printer("[%d/%d] %s   (rerun: %s)" %
+                    (number, len(cells), cell, " ".join(shlex.quote(a) for a in me +
+                                                         ["--cell", cell])))
+            cell_start = time.monotonic()
+            try:
+                problems, note = matrix.run_cell(cell, options.seed)
+            except Failure as error:
+                problems, note = [str(error)], ""
+            except Exception as error:  # a bug of this driver: report it, go on with the others
+                traceback.print_exc(file=sys.stdout)
+                problems, note = ["driver error: %s: %s" % (type(error).__name__, error)], ""
+                runner.kill_all()
+            seconds = time.monotonic() - cell_start
+            if problems:
+                reason = problems[0] + ("  [+%d more: %s]" % (len(problems) - 1,
+                                                             " | ".join(problems[1:]))
+                                        if len(problems) > 1 else "")
+                failed.append((cell, reason))
+                printer("FAIL %s (%.1f s%s): %s" % (cell, seconds, ", " + note if note else "",
+                                                   reason))
+            else:
+                passed += 1
+                printer("PASS %s (%.1f s%s)" % (cell, seconds, ", " + note if note else ""))
+                if not options.keep:
+                    shutil.rmtree(os.path.join(options.work, "cells", cell.replace("/", "-")),
+                                  ignore_errors=True)
+    except KeyboardInterrupt:
+        runner.kill_all()
+        printer("interrupted")
+        raise
+    finally:
+        runner.kill_all()
+    printer("")
+    printer("%d cells in %.0f s (seed %d)" % (len(cells), time.monotonic() - started,
+                                            options.seed))
+    if failed:
+        printer("Failed cells (directories kept under %s):" % os.path.join(options.work, "cells"))
+        for cell, reason in failed:
+            printer("  %s: %s" % (cell, reason))
+    printer("%d passed, %d failed" % (passed, len(failed)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
