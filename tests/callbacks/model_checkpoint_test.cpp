@@ -30,6 +30,31 @@ struct CheckpointRun : Run {
   }
 };
 
+/// Fits 2 epochs of 4 batches with validation data, a checkpoint every `every_n_steps` steps
+/// ranked by val_loss (all kept); returns the checkpoints kept, in step order, and val_loss.
+std::pair<std::vector<ModelCheckpoint::KeptCheckpoint>, std::vector<MetricPoint>>
+fit_ranked_by_val_loss(const std::string& name, TrainerOptions options,
+                       std::int64_t every_n_steps) {
+  CheckpointRun run(options.max_epochs(2));
+  auto checkpoint = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions(scratch_path("model_checkpoint", name))
+          .every_n_steps(every_n_steps)
+          .every_n_epochs(0)
+          .monitor("val_loss")
+          .save_top_k(-1)
+          .background(false));
+  run.trainer.add(checkpoint);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  run.trainer.fit(train, validation);
+  auto kept = checkpoint->kept_checkpoints();
+  for (std::size_t i = 1; i < kept.size(); ++i) {
+    BOOST_TEST(kept[i - 1].value.value_or(0) <= kept[i].value.value_or(0));  // best first
+  }
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return {kept, run.trainer.state().metrics.series("val_loss")};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(model_checkpoint)
@@ -129,52 +154,24 @@ BOOST_AUTO_TEST_CASE(bad_input) {
 // Each step checkpoint is ranked by the validation of its own step (val_every_n_steps runs after
 // StepEnd, the checkpoint waits for its EvalEnd), not by the one before.
 BOOST_AUTO_TEST_CASE(a_step_checkpoint_is_ranked_by_the_validation_of_its_step) {
-  const auto folder = scratch_path("model_checkpoint", "ranked_by_own_validation");
-  CheckpointRun run(TrainerOptions().max_epochs(2).val_every_n_epochs(0).val_every_n_steps(2));
-  auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder)
-                                                          .every_n_steps(2)
-                                                          .every_n_epochs(0)
-                                                          .monitor("val_loss")
-                                                          .save_top_k(-1)
-                                                          .background(false));
-  run.trainer.add(checkpoint);
-  auto train = make_batches(4, 4);
-  auto validation = make_batches(2, 4, 4, 3, 11);
-  run.trainer.fit(train, validation);
-  const auto& val_loss = run.trainer.state().metrics.series("val_loss");
+  const auto [kept, val_loss] = fit_ranked_by_val_loss(
+      "ranked_by_own_validation", TrainerOptions().val_every_n_epochs(0).val_every_n_steps(2), 2);
   BOOST_TEST_REQUIRE(val_loss.size() == 4u);  // steps 2, 4, 6, 8
-  const auto kept = checkpoint->kept_checkpoints();
   BOOST_TEST_REQUIRE(kept.size() == 4u);
-  for (const auto& entry : kept) {
-    const auto point = std::find_if(val_loss.begin(), val_loss.end(),
-                                    [&](const MetricPoint& p) { return p.step == entry.step; });
-    BOOST_TEST_REQUIRE(entry.value.has_value());
-    BOOST_TEST_REQUIRE((point != val_loss.end()), "no val_loss at step " << entry.step);
-    BOOST_TEST(*entry.value == point->value, "step " << entry.step);
+  for (std::size_t i = 0; i < 4; ++i) {
+    BOOST_TEST(kept[i].step == val_loss[i].step);
+    BOOST_TEST_REQUIRE(kept[i].value.has_value());
+    BOOST_TEST(*kept[i].value == val_loss[i].value, "step " << kept[i].step);
   }
-  for (std::size_t i = 1; i < kept.size(); ++i) BOOST_TEST(*kept[i - 1].value <= *kept[i].value);
 }
 
 // The last step of an epoch is saved at StepEnd before the epoch's validation exists; EpochEnd
 // takes it again, ranked by that validation.
 BOOST_AUTO_TEST_CASE(a_checkpoint_before_the_epochs_validation_is_rescored_at_epoch_end) {
-  const auto folder = scratch_path("model_checkpoint", "rescored_at_epoch_end");
-  CheckpointRun run(TrainerOptions().max_epochs(2));
-  auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder)
-                                                          .every_n_steps(4)
-                                                          .every_n_epochs(0)
-                                                          .monitor("val_loss")
-                                                          .save_top_k(-1)
-                                                          .background(false));
-  run.trainer.add(checkpoint);
-  auto train = make_batches(4, 4);
-  auto validation = make_batches(2, 4, 4, 3, 11);
-  run.trainer.fit(train, validation);
-  const auto& val_loss = run.trainer.state().metrics.series("val_loss");
-  BOOST_TEST_REQUIRE(val_loss.size() == 2u);
-  auto kept = checkpoint->kept_checkpoints();
+  const auto [kept, val_loss] =
+      fit_ranked_by_val_loss("rescored_at_epoch_end", TrainerOptions(), 4);
+  BOOST_TEST_REQUIRE(val_loss.size() == 2u);  // epoch ends: steps 4 and 8
   BOOST_TEST_REQUIRE(kept.size() == 2u);
-  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   for (std::size_t i = 0; i < 2; ++i) {
     BOOST_TEST(kept[i].step == val_loss[i].step);
     BOOST_TEST_REQUIRE(kept[i].value.has_value());

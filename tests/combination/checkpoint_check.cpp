@@ -1,14 +1,14 @@
 // checkpoint_check: verifies checkpoint files for tests/combination/run_matrix.py.
 //
-// For each file argument: reads it with torchbus::read_checkpoint_payload (framing, CRC, version),
-// parses the payload as a torch::serialize::InputArchive, and prints one JSON line:
-//   {"path": "...", "ok": true, "step": N, "identity": "..."}
-//   {"path": "...", "ok": false, "error": "..."}
+// For each file argument, in order: reads it with torchbus::read_checkpoint_payload (framing,
+// CRC, version), parses the payload as a torch::serialize::InputArchive, and prints one line:
+//   ok<TAB>STEP<TAB>IDENTITY-AS-HEX      or      error<TAB>MESSAGE (newlines as spaces)
 // Exits 1 if any file failed, 2 without arguments.
 
 #include <torch/serialize/input-archive.h>
 #include <torchbus/checkpoint_file.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -17,36 +17,14 @@
 
 namespace {
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
+std::string hex(const std::string& bytes) {
+  std::string out;
+  char digits[3];
+  for (const char c : bytes) {
+    std::snprintf(digits, sizeof digits, "%02x", static_cast<unsigned char>(c));
+    out += digits;
   }
-  return out + "\"";
+  return out;
 }
 
 }  // namespace
@@ -58,19 +36,18 @@ int main(int argc, char** argv) {
   }
   bool all_ok = true;
   for (int i = 1; i < argc; ++i) {
-    const std::string path = argv[i];
     try {
       torchbus::CheckpointHeader header;
-      const std::string payload = torchbus::read_checkpoint_payload(path, &header);
+      const std::string payload = torchbus::read_checkpoint_payload(argv[i], &header);
       std::istringstream in(payload);
       torch::serialize::InputArchive archive;
       archive.load_from(in);
-      std::cout << "{\"path\": " << json_string(path) << ", \"ok\": true, \"step\": " << header.step
-                << ", \"identity\": " << json_string(header.identity) << "}\n";
+      std::cout << "ok\t" << header.step << "\t" << hex(header.identity) << "\n";
     } catch (const std::exception& error) {
       all_ok = false;
-      std::cout << "{\"path\": " << json_string(path) << ", \"ok\": false, \"error\": "
-                << json_string(error.what()) << "}\n";
+      std::string message = error.what();
+      std::replace(message.begin(), message.end(), '\n', ' ');
+      std::cout << "error\t" << message << "\n";
     }
   }
   std::cout.flush();

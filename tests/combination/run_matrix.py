@@ -295,12 +295,16 @@ class Runner:
         result = subprocess.run([self.checker] + paths, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
         found = {}
-        for line in result.stdout.decode("utf-8", "replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                raise Failure("checkpoint_check printed a line that is not JSON: %r" % line[:200])
-            found[entry.get("path")] = entry
+        lines = result.stdout.decode("utf-8", "replace").splitlines()
+        for path, line in zip(paths, lines):
+            fields = line.split("\t")
+            if fields[0] == "ok" and len(fields) == 3:
+                found[path] = {"path": path, "ok": True, "step": int(fields[1]),
+                               "identity": bytes.fromhex(fields[2]).decode("utf-8", "replace")}
+            elif fields[0] == "error" and len(fields) >= 2:
+                found[path] = {"path": path, "ok": False, "error": "\t".join(fields[1:])}
+            else:
+                raise Failure("checkpoint_check printed a line it should not: %r" % line[:200])
         missing = [p for p in paths if p not in found]
         if missing:
             raise Failure("checkpoint_check said nothing about %s (exit %d, stderr %r)" %
