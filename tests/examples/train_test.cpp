@@ -44,10 +44,13 @@ Result run_train(const std::string& arguments, const std::string& setup = "") {
   return result;
 }
 
-/// Starts torchbus-train with `arguments`, sends `signal` once `log` contains `marker`, and
-/// returns the exit status (128 + N when a signal N killed it).
+/// What signal_train returns when signal N killed the process (an exit code is returned as is).
+constexpr int kKilledBy = 256;
+
+/// Starts torchbus-train with `arguments`, sends `signal` (then `second`, if not 0) once `log`
+/// contains `marker`, and returns the exit code, or kKilledBy + N when signal N killed it.
 int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
-                 const std::string& marker, int signal = SIGINT) {
+                 const std::string& marker, int signal = SIGINT, int second = 0) {
   const pid_t pid = fork();
   if (pid == 0) {
     std::vector<char*> argv{const_cast<char*>(TORCHBUS_TRAIN_PATH)};
@@ -60,9 +63,10 @@ int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
   }
   for (int i = 0; i < 4000 && read_text(log).find(marker) == std::string::npos; ++i) usleep(5000);
   kill(pid, signal);
+  if (second != 0) kill(pid, second);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) return kKilledBy + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -350,6 +354,18 @@ BOOST_AUTO_TEST_CASE(sigterm_sighup_and_sigusr1_stop_gracefully_with_a_checkpoin
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_second_signal_ends_the_process_at_once) {
+  const auto out = scratch("train_test", "second_signal");
+  const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+                                           "5",        "--out", out.string()};
+  // The first asks for a stop at the next step boundary; the second, right after, ends the
+  // process with its signal before it writes a summary. (Two different signals, since a second
+  // one of the same kind may merge with the first while it is pending.)
+  const int status = signal_train(arguments, out / "train.log", "step 10 ", SIGTERM, SIGINT);
+  BOOST_TEST((status == kKilledBy + SIGINT || status == kKilledBy + SIGTERM), status);
+  BOOST_TEST(!fs::exists(out / "summary.json"));
+}
+
 BOOST_AUTO_TEST_CASE(resume_never_continues_another_run) {
   const auto out = scratch("train_test", "other_identity");
   BOOST_TEST_REQUIRE(
@@ -374,7 +390,7 @@ BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_f
   const std::vector<std::string> arguments{"--epochs",      "1",           "--max-steps", "30",
                                            "--no-progress", "--log-every", "1",           "--out",
                                            out.string()};
-  BOOST_TEST(signal_train(arguments, out / "train.log", "step 3 ", SIGKILL) == 128 + SIGKILL);
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 3 ", SIGKILL) == kKilledBy + SIGKILL);
   fs::remove_all(out / "checkpoints");
   const auto result = run_train(flags + out.string() + " --resume");
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
