@@ -8,6 +8,8 @@
 #include <boost/test/unit_test.hpp>
 #include <support/scratch.hpp>
 
+#include <cstdlib>
+
 using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
@@ -246,8 +248,14 @@ BOOST_AUTO_TEST_CASE(the_distributed_example_survives_a_killed_rank_with_a_clear
   }
   TempDir out("distributed");
   // stdbuf: the example's std::cout line by line, so that its progress shows in the log at once.
+  // It preloads a library, which a sanitizer build must be told to accept.
+  const char* asan_options = std::getenv("ASAN_OPTIONS");
+  const auto accept_preload =
+      "ASAN_OPTIONS=" + std::string(asan_options != nullptr ? asan_options : "") +
+      ":verify_asan_link_order=0";
   const auto survivor = kill_one_rank_mid_training(
-      {"stdbuf", "-oL", kExample.string(), "1000000"}, 1, out.path, [](const fs::path& dir) {
+      {"env", accept_preload, "stdbuf", "-oL", kExample.string(), "1000000"}, 1, out.path,
+      [](const fs::path& dir) {
         return read_text(dir / "rank0.log").find("step 20 ") != std::string::npos;
       });
   check_survivor(survivor, 1, 300.0);
