@@ -104,28 +104,6 @@ std::shared_ptr<gloo::transport::Device> make_device(const LaunchEnvironment& en
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-/// Consecutive gradients of one dtype up to `bucket_bytes` each (a larger gradient alone); at
-/// least one range, empty when there are no gradients.
-std::vector<std::pair<std::size_t, std::size_t>> bucket_ranges(
-    const std::vector<at::Tensor>& gradients, std::int64_t bucket_bytes) {
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  std::size_t begin = 0;
-  do {
-    std::size_t end = begin;
-    std::size_t bytes = 0;
-    while (end < gradients.size() &&
-           (end == begin ||
-            (gradients[end].scalar_type() == gradients[begin].scalar_type() &&
-             bytes + gradients[end].nbytes() <= static_cast<std::size_t>(bucket_bytes)))) {
-      bytes += gradients[end].nbytes();
-      ++end;
-    }
-    ranges.emplace_back(begin, end);
-    begin = end;
-  } while (begin < gradients.size());
-  return ranges;
-}
-
 }  // namespace
 
 void DistributedOptions::validate() const {
@@ -139,6 +117,7 @@ void DistributedOptions::validate() const {
 struct ProcessGroup::Backend {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending;  // started by start_all_reduce
 
   Backend(const LaunchEnvironment& environment, const DistributedOptions& options) {
     const auto where = detail::concat(environment.master_addr, ":", environment.master_port);
@@ -312,6 +291,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     std::vector<at::Tensor> buffer{tensor.is_contiguous() ? tensor : tensor.contiguous()};
     c10d::BroadcastOptions options;
     options.rootRank = root;
+    ++collectives_;
     run("broadcast",
         [&] { backend_->group->broadcast(buffer, options)->wait(options_.timeout()); });
     if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
@@ -323,6 +303,7 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
   std::vector<at::Tensor> buffer{tensor.is_contiguous() ? tensor : tensor.contiguous()};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
+  ++collectives_;
   run("all_reduce", [&] { backend_->group->allreduce(buffer, options)->wait(options_.timeout()); });
   if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
 }
@@ -333,6 +314,7 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int rank = 0; rank < world_size(); ++rank) outputs[0].push_back(torch::empty_like(input));
   std::vector<at::Tensor> inputs{input};
+  ++collectives_;
   run("all_gather", [&] { backend_->group->allgather(outputs, inputs)->wait(options_.timeout()); });
   return torch::cat(outputs[0]);
 }
@@ -350,48 +332,26 @@ std::vector<int> ProcessGroup::ranks_with(bool flag) {
   return ranks;
 }
 
-void ProcessGroup::average_gradients(const std::vector<at::Tensor>& parameters,
-                                     at::Tensor& piggyback) {
+void ProcessGroup::start_all_reduce(at::Tensor& tensor) {
   if (!backend_) return;
-  // Per parameter, the ranks that computed its gradient (summed with the last bucket): a gradient
-  // no rank computed is left undefined afterwards, as on one process, not turned into zeros that
-  // momentum and weight decay would act on.
-  auto computed = torch::zeros({static_cast<std::int64_t>(parameters.size())});
-  std::vector<at::Tensor> gradients;
-  gradients.reserve(parameters.size());
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    auto& gradient = parameters[i].mutable_grad();
-    computed.data_ptr<float>()[i] = gradient.defined() ? 1.0F : 0.0F;
-    if (!gradient.defined()) gradient = torch::zeros_like(parameters[i]);
-    gradients.push_back(gradient);
-  }
-  const auto scale = 1.0 / static_cast<double>(world_size());
-  const auto buckets = bucket_ranges(gradients, options_.bucket_bytes());
-  for (const auto& [begin, end] : buckets) {
-    const bool last = end == gradients.size();
-    std::vector<at::Tensor> pieces;
-    for (std::size_t i = begin; i < end; ++i) pieces.push_back(gradients[i].reshape(-1));
-    const auto dtype = pieces.empty() ? piggyback.scalar_type() : pieces.front().scalar_type();
-    if (last) {
-      pieces.push_back(piggyback.reshape(-1).to(dtype));
-      pieces.push_back(computed.to(dtype));
-    }
-    auto flat = torch::cat(pieces);
-    all_reduce(flat);
-    ++gradient_all_reduces_;
-    std::int64_t offset = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      const auto count = gradients[i].numel();
-      gradients[i].copy_(flat.narrow(0, offset, count).view_as(gradients[i]).mul_(scale));
-      offset += count;
-    }
-    if (last) {
-      piggyback.copy_(flat.narrow(0, offset, piggyback.numel()).view_as(piggyback));
-      computed.copy_(flat.narrow(0, offset + piggyback.numel(), computed.numel()));
-    }
-  }
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    if (computed.data_ptr<float>()[i] == 0.0F) parameters[i].mutable_grad().reset();
+  TORCHBUS_CHECK(tensor.is_contiguous(), ConfigError,
+                 "start_all_reduce needs a contiguous tensor, got sizes ", tensor.sizes(),
+                 " and strides ", tensor.strides());
+  ++collectives_;
+  run("all_reduce", [&] {
+    std::vector<at::Tensor> buffer{tensor};
+    backend_->pending.push_back(backend_->group->allreduce(buffer));
+  });
+}
+
+void ProcessGroup::wait_pending() {
+  if (!backend_) return;
+  struct Clear {
+    std::vector<c10::intrusive_ptr<c10d::Work>>& pending;
+    ~Clear() { pending.clear(); }
+  } clear{backend_->pending};
+  for (auto& work : backend_->pending) {
+    run("all_reduce", [&] { work->wait(options_.timeout()); });
   }
 }
 

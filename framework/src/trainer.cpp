@@ -3,6 +3,7 @@
 #include <torchbus/control.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/gradient_reducer.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
 
@@ -187,7 +188,7 @@ bool Trainer::step_limit_reached() const noexcept {
 }
 
 bool Trainer::training_finished() const noexcept {
-  return state_.stop_requested() || step_limit_reached() ||
+  return stopping() || step_limit_reached() ||
          (options_.max_epochs() >= 0 && state_.epoch >= options_.max_epochs());
 }
 
@@ -198,7 +199,7 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   open(Event::EpochStart, Event::EpochEnd);
   start_training_epoch(train);
   bool more = true;
-  while (more && !state_.stop_requested() && !step_limit_reached()) {
+  while (more && !stopping() && !step_limit_reached()) {
     more = fill_window(train);
     if (window_used_ == 0) {
       TORCHBUS_CHECK(state_.batch_in_epoch > 0, DataError,
@@ -218,7 +219,7 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
     state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
   }
   const auto every = options_.val_every_n_epochs();
-  if (validation && every > 0 && !state_.stop_requested() && (state_.epoch + 1) % every == 0) {
+  if (validation && every > 0 && !stopping() && (state_.epoch + 1) % every == 0) {
     run_evaluation(*validation);
   }
   // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
@@ -261,8 +262,8 @@ void Trainer::run_step(bool can_validate) {
   }
   if (distributed()) synchronize_gradients();
   if (window_has_backward_ && !state_.skip_update) fire(Event::BeforeOptimizerStep);
-  if (distributed()) agree_on_skip_update();
   const bool update = window_has_backward_ && !state_.skip_update;
+  updated_last_step_ = update;
   if (update) {
     clip_gradients();
     optimizer_step();
@@ -281,7 +282,8 @@ void Trainer::run_step(bool can_validate) {
   close();  // StepEnd
   state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);
-  agree_on_stop();
+  // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
+  // after the next validation or EpochEnd): one collective per bucket and step, none else.
 }
 
 void Trainer::run_batch(Batch& batch) {
@@ -294,6 +296,8 @@ void Trainer::run_batch(Batch& batch) {
     if (!state_.cancelled) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
+      // The window's last backward starts the gradient all-reduces as buckets become final.
+      if (reducer_ && state_.window_position + 1 == window) reducer_->arm();
       backward(scaled);
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.
       window_loss_ = window == 1              ? loss

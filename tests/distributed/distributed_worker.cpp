@@ -4,7 +4,9 @@
 // OUT/rank<r>.txt and OUT/rank<r>.params (or OUT/rank<r>.error when it fails).
 //
 // Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
-// stop_rank/stop_step (request a stop there), throw_rank/throw_step (throw there),
+// stop_rank/stop_step/stop_event (request a stop there; event StepEnd by default, or
+// AfterBackward), skip_rank/skip_step/skip_event (set skip_update there; AfterBackward by default,
+// or BeforeOptimizerStep), throw_rank/throw_step (throw there),
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay).
@@ -105,8 +107,45 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   const auto throw_step = number(args, "throw_step", -1);
   const auto save_step = number(args, "save_step", -1);
   const auto mark_step = number(args, "mark_step", -1);
+  // Collectives per step (StepStart to StepEnd) and those already started when the window's
+  // last backward returned, over all steps.
+  std::int64_t at_step_start = 0;
+  std::int64_t per_step_min = -1;
+  std::int64_t per_step_max = -1;
+  std::int64_t started_in_backward_min = -1;
+  const auto stop_event = args.count("stop_event") ? args.at("stop_event") : "StepEnd";
+  const auto stop_here = [&](torchbus::State& state, const char* event) {
+    if (state.rank == stop_rank && state.step == stop_step && stop_event == event) {
+      state.request_stop("test stop");
+    }
+  };
+  trainer.on(torchbus::Event::StepStart,
+             [&](torchbus::State&) { at_step_start = group->collectives(); });
+  const auto skip_rank = number(args, "skip_rank", -1);
+  const auto skip_step = number(args, "skip_step", -1);
+  const auto skip_event = args.count("skip_event") ? args.at("skip_event") : "AfterBackward";
+  bool skipped = false;  // once: a skipped update leaves state.step where it was
+  const auto skip_here = [&](torchbus::State& state, const char* event) {
+    if (state.rank == skip_rank && state.step == skip_step && skip_event == event && !skipped) {
+      state.skip_update = skipped = true;
+    }
+  };
+  trainer.on(torchbus::Event::BeforeOptimizerStep,
+             [&](torchbus::State& state) { skip_here(state, "BeforeOptimizerStep"); });
+  trainer.on(torchbus::Event::AfterBackward, [&](torchbus::State& state) {
+    stop_here(state, "AfterBackward");
+    skip_here(state, "AfterBackward");
+    if (state.window_position + 1 != state.window_size) return;
+    const auto started = group->collectives() - at_step_start;
+    if (started_in_backward_min < 0 || started < started_in_backward_min) {
+      started_in_backward_min = started;
+    }
+  });
   trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
-    if (state.rank == stop_rank && state.step == stop_step) state.request_stop("test stop");
+    const auto collectives = group->collectives() - at_step_start;
+    if (per_step_min < 0 || collectives < per_step_min) per_step_min = collectives;
+    per_step_max = std::max(per_step_max, collectives);
+    stop_here(state, "StepEnd");
     if (state.rank == throw_rank && state.step == throw_step) {
       throw std::runtime_error("injected failure at step " + std::to_string(state.step));
     }
@@ -132,7 +171,9 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   };
   const auto prefix = out + "/rank" + std::to_string(rank);
   std::ofstream(prefix + ".txt") << "step=" << trainer.state().step << "\n"
-                                 << "all_reduces=" << group->gradient_all_reduces() << "\n"
+                                 << "collectives_per_step_min=" << per_step_min << "\n"
+                                 << "collectives_per_step_max=" << per_step_max << "\n"
+                                 << "started_in_backward_min=" << started_in_backward_min << "\n"
                                  << "group_starts=" << group_starts << "\n"
                                  << "stop_reason=" << trainer.state().stop_reason() << "\n"
                                  << "val_loss=" << metric("val_loss") << "\n"

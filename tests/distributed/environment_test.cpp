@@ -189,7 +189,7 @@ BOOST_AUTO_TEST_CASE(process_group_start_follows_action_start_and_ranks_reach_th
   BOOST_TEST(recorder->events.at(2) == "EpochStart");
   BOOST_TEST(run.trainer.state().process_group == group.get());
   BOOST_TEST(run.trainer.state().world_size == 1);
-  BOOST_TEST(group->gradient_all_reduces() == 0);  // a world of one never communicates
+  BOOST_TEST(group->collectives() == 0);  // a world of one never communicates
 }
 
 BOOST_AUTO_TEST_CASE(collective_helpers_are_identities_in_a_world_of_one) {

@@ -70,8 +70,11 @@ void check_two_ranks_match_one_process(std::int64_t accumulate, LaunchTwo launch
   const auto steps = 2 * ((6 + accumulate - 1) / accumulate);
   const auto results = read_results(pair.path / "rank0.txt");
   BOOST_TEST(std::stoll(results.at("step")) == steps);
-  // Buckets of at most 600 bytes: [512 + 64] and [256 + 16] bytes of gradients.
-  BOOST_TEST(std::stoll(results.at("all_reduces")) == 2 * steps);
+  // Buckets of at most 600 bytes, last layer first: [16 + 256 + 64] and [512] bytes of gradients.
+  // A step costs one all-reduce per bucket and nothing else; the first starts during the backward.
+  BOOST_TEST(results.at("collectives_per_step_min") == "2");
+  BOOST_TEST(results.at("collectives_per_step_max") == "2");
+  BOOST_TEST(results.at("started_in_backward_min") == "1");
   BOOST_TEST(results.at("group_starts") == "1");
   // Evaluation metrics cover every rank's shard: the same as one process evaluating everything.
   const auto reference_results = read_results(single.path / "rank0.txt");
@@ -184,17 +187,55 @@ BOOST_AUTO_TEST_CASE(a_parameter_without_gradient_on_every_rank_is_left_alone) {
   BOOST_TEST(torch::equal(reference.front(), torch::ones({3})));
 }
 
+// A stop asked before the gradients leave (AfterBackward of step 3, which becomes step 4) ends
+// both ranks after that step, as on one process; one asked at StepEnd 3 rides with step 4's
+// gradients, so both end after step 4.
 BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_stops_both_at_the_same_step) {
-  TempDir out("distributed");
-  const auto launch = run_torchrun_style(
-      kWorker, {"out=" + out.path.string(), "stop_rank=1", "stop_step=3"}, 2, free_port());
-  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
-  const auto rank0 = read_results(out.path / "rank0.txt");
-  const auto rank1 = read_results(out.path / "rank1.txt");
-  BOOST_TEST(rank0.at("step") == "3");
-  BOOST_TEST(rank1.at("step") == "3");
-  BOOST_TEST(rank0.at("stop_reason") == "rank 1 requested a stop");
-  BOOST_TEST(rank1.at("stop_reason") == "test stop");
+  for (const auto& [event, expected_step] :
+       {std::pair<std::string, std::string>{"AfterBackward", "4"}, {"StepEnd", "4"}}) {
+    BOOST_TEST_CONTEXT("stop at " << event) {
+      TempDir out("distributed");
+      const auto launch = run_torchrun_style(
+          kWorker,
+          {"out=" + out.path.string(), "stop_rank=1", "stop_step=3", "stop_event=" + event}, 2,
+          free_port());
+      BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0}));
+      const auto rank0 = read_results(out.path / "rank0.txt");
+      const auto rank1 = read_results(out.path / "rank1.txt");
+      BOOST_TEST(rank0.at("step") == expected_step);
+      BOOST_TEST(rank1.at("step") == expected_step);
+      BOOST_TEST(rank0.at("stop_reason") == "rank 1 requested a stop");
+      BOOST_TEST(rank1.at("stop_reason") == "test stop");
+    }
+  }
+}
+
+// A skip asked before the gradients leave is agreed: every rank skips that update. One asked at
+// BeforeOptimizerStep on one rank only would let the models diverge: both ranks fail at the next
+// step, saying so.
+BOOST_AUTO_TEST_CASE(skipped_updates_are_agreed_or_refused) {
+  TempDir agreed("distributed");
+  const auto both = run_torchrun_style(
+      kWorker, {"out=" + agreed.path.string(), "skip_rank=1", "skip_step=2"}, 2, free_port());
+  BOOST_REQUIRE_EQUAL(both.exit_codes, (std::vector<int>{0, 0}));
+  BOOST_TEST(read_results(agreed.path / "rank0.txt").at("step") == "11");  // 12 windows, 1 skipped
+  BOOST_TEST(read_results(agreed.path / "rank1.txt").at("step") == "11");
+  BOOST_TEST(all_equal(load_parameters(agreed.path / "rank0.params"),
+                       load_parameters(agreed.path / "rank1.params")));
+
+  TempDir refused("distributed");
+  const auto one = run_torchrun_style(kWorker,
+                                      {"out=" + refused.path.string(), "skip_rank=1", "skip_step=2",
+                                       "skip_event=BeforeOptimizerStep"},
+                                      2, free_port());
+  BOOST_TEST(one.exit_codes == (std::vector<int>{1, 1}));
+  for (const auto* rank : {"rank0.error", "rank1.error"}) {
+    const auto error = read_text(refused.path / rank);
+    BOOST_TEST_INFO(rank << ": " << error);
+    BOOST_TEST(error.find("1 of 2 ranks applied the previous step's update, the others skipped it: "
+                          "state.skip_update was set at BeforeOptimizerStep on some ranks only") !=
+               std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_rank_makes_the_other_exit_with_a_clear_error) {

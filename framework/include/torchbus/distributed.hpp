@@ -24,7 +24,8 @@ struct DistributedOptions {
   /// Limit for the rendezvous and for every collective; past it a DistributedError names the
   /// ranks that did not arrive. A peer that exits or crashes is reported at once, not waited out.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
-  /// Largest gradient bucket in bytes: gradients are averaged with one all-reduce per bucket.
+  /// Largest gradient bucket in bytes: gradients are averaged with one all-reduce per bucket, the
+  /// first (the model's last layers, whose gradients are ready first) at most 1 MiB, as DDP's.
   TORCH_ARG(std::int64_t, bucket_bytes) = std::int64_t{25} << 20;
 
  public:
@@ -72,12 +73,13 @@ class ProcessGroup {
   /// The ranks whose `flag` is true, agreed by all ranks (one all-reduce).
   std::vector<int> ranks_with(bool flag);
 
-  /// Averages the gradients of `parameters` across ranks with one all-reduce per bucket of at
-  /// most `bucket_bytes` (a missing gradient counts as zeros). `piggyback`, a small tensor, rides
-  /// in the last bucket and is summed, not averaged.
-  void average_gradients(const std::vector<at::Tensor>& parameters, at::Tensor& piggyback);
-  /// Gradient buckets all-reduced so far (average_gradients calls times buckets).
-  std::int64_t gradient_all_reduces() const noexcept { return gradient_all_reduces_; }
+  /// Starts summing `tensor` (contiguous) across ranks in place and returns at once; `tensor`
+  /// must stay untouched until wait_pending(). Every rank starts its collectives in one order.
+  void start_all_reduce(at::Tensor& tensor);
+  /// Waits for the collectives start_all_reduce started, in order; throws as all_reduce.
+  void wait_pending();
+  /// Collectives this group has run so far (each broadcast tensor, all-reduce and all-gather).
+  std::int64_t collectives() const noexcept { return collectives_; }
 
   /// Tells the other ranks why this one is failing, so that their errors can name it.
   void report_failure(std::string_view message) noexcept;
@@ -91,7 +93,7 @@ class ProcessGroup {
   LaunchEnvironment environment_;
   DistributedOptions options_;
   std::unique_ptr<Backend> backend_;  // null in a world of one
-  std::int64_t gradient_all_reduces_ = 0;
+  std::int64_t collectives_ = 0;
   std::string failure_;  // the first failed collective's error; later ones are not attempted
 };
 

@@ -17,6 +17,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/filter.hpp>
+#include <torchbus/gradient_reducer.hpp>
 #include <torchbus/launch_environment.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/metric_history.hpp>

@@ -19,6 +19,7 @@
 
 namespace torchbus {
 
+class GradientReducer;
 class ProcessGroup;
 
 namespace detail {
@@ -175,8 +176,9 @@ class Trainer {
   bool distributed() const noexcept;
   void start_process_group();
   void synchronize_gradients();
-  void agree_on_skip_update();
   void agree_on_stop();
+  void adopt_stop_of(int rank);
+  bool stopping() const noexcept;
   void move_to_device(Batch& batch) const;
   bool training_finished() const noexcept;
   bool step_limit_reached() const noexcept;
@@ -198,6 +200,12 @@ class Trainer {
   EventBus bus_;
   State state_;
   std::shared_ptr<ProcessGroup> process_group_;
+  std::unique_ptr<GradientReducer> reducer_;  // a distributed fit's gradient buckets
+  at::Tensor
+      status_host_;  // what rides with the last bucket, on the host (see synchronize_gradients)
+  at::Tensor status_loss_;          // the loss sum's place in the reducer's status
+  bool stop_agreed_ = false;        // distributed: every rank knows a stop was requested
+  bool updated_last_step_ = false;  // distributed: this rank applied the previous step's update
 
   std::vector<at::Tensor> parameters_;  // cached for clipping
   std::vector<Event> open_ends_;        // End events still owed, innermost last

@@ -1,0 +1,165 @@
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+#include <torchbus/distributed.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/gradient_reducer.hpp>
+
+#include <algorithm>
+
+namespace torchbus {
+namespace {
+
+/// The first bucket is kept small, as DDP's, so that its all-reduce starts early in the backward.
+constexpr std::int64_t kFirstBucketBytes = std::int64_t{1} << 20;
+
+}  // namespace
+
+GradientReducer::GradientReducer(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
+                                 std::int64_t bucket_bytes, std::int64_t status_size)
+    : group_(group) {
+  TORCHBUS_CHECK(bucket_bytes > 0 && status_size >= 0, ConfigError,
+                 "GradientReducer needs a positive bucket size and a status size >= 0, got ",
+                 bucket_bytes, " and ", status_size);
+  // Slots in reverse parameter order, grouped into buckets of one dtype and device.
+  std::vector<std::int64_t> bucket_numel;
+  std::int64_t bytes = 0;
+  for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
+    if (!it->requires_grad()) continue;
+    const auto cap =
+        buckets_.size() == 1 ? std::min(kFirstBucketBytes, bucket_bytes) : bucket_bytes;
+    const auto* leader =
+        buckets_.empty() ? nullptr : &slots_[buckets_.back().slots.front()].parameter;
+    const bool fits = leader && leader->scalar_type() == it->scalar_type() &&
+                      leader->device() == it->device() &&
+                      bytes + static_cast<std::int64_t>(it->nbytes()) <= cap;
+    if (!fits) {
+      buckets_.emplace_back();
+      bucket_numel.push_back(0);
+      bytes = 0;
+    }
+    buckets_.back().slots.push_back(slots_.size());
+    slots_.push_back({*it, {}, buckets_.size() - 1});
+    bytes += static_cast<std::int64_t>(it->nbytes());
+    bucket_numel.back() += it->numel();
+  }
+  if (buckets_.empty()) {
+    buckets_.emplace_back();
+    bucket_numel.push_back(0);
+  }
+  const auto slot_count = static_cast<std::int64_t>(slots_.size());
+  bucket_numel.back() += slot_count + status_size;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
+    const auto options = bucket.slots.empty() ? at::TensorOptions(at::kFloat)
+                                              : slots_[bucket.slots.front()].parameter.options();
+    bucket.flat = at::zeros({bucket_numel[b]}, options.requires_grad(false));
+    std::int64_t offset = 0;
+    for (const auto index : bucket.slots) {
+      auto& slot = slots_[index];
+      slot.view =
+          bucket.flat.narrow(0, offset, slot.parameter.numel()).view(slot.parameter.sizes());
+      offset += slot.parameter.numel();
+    }
+    bucket.pending = bucket.slots.size();
+    if (b + 1 == buckets_.size()) {
+      computed_ = bucket.flat.narrow(0, offset, slot_count);
+      status_ = bucket.flat.narrow(0, offset + slot_count, status_size);
+    }
+  }
+  computed_host_ = at::zeros({slot_count}, at::kFloat);
+  mean_scale_ = at::scalar_tensor(1.0 / static_cast<double>(group.world_size()), at::kDouble);
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(slots_[i].parameter);
+    TORCHBUS_CHECK(accumulator != nullptr, ConfigError, "parameter ", i,
+                   " of the model is not a leaf tensor; data-parallel training needs leaves");
+    hooks_.push_back(
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              on_gradient_ready(i);
+              return outputs;
+            })));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hooks_[i]);
+}
+
+void GradientReducer::arm() {
+  armed_ = true;
+}
+
+void GradientReducer::on_gradient_ready(std::size_t index) {
+  if (!armed_) return;
+  auto& slot = slots_[index];
+  auto& bucket = buckets_[slot.bucket];
+  if (slot.ready) {
+    // A reentrant backward (activation checkpointing) accumulated this gradient again.
+    TORCHBUS_CHECK(slot.bucket >= next_bucket_, DistributedError,
+                   "a gradient was accumulated again after its bucket's all-reduce had started "
+                   "(reentrant backward in the step's last batch); data-parallel training needs "
+                   "each gradient accumulated once per backward");
+    copy_in(slot);
+    return;
+  }
+  copy_in(slot);
+  slot.ready = true;
+  computed_host_.data_ptr<float>()[index] = slot.parameter.grad().defined() ? 1.0F : 0.0F;
+  --bucket.pending;
+  // The last bucket waits for reduce(): it carries the status, final only after the backward.
+  while (next_bucket_ + 1 < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    group_.start_all_reduce(buckets_[next_bucket_].flat);
+    ++next_bucket_;
+  }
+}
+
+void GradientReducer::copy_in(Slot& slot) {
+  const auto& gradient = slot.parameter.grad();
+  if (gradient.defined()) {
+    slot.view.copy_(gradient);
+  } else {
+    slot.view.zero_();
+  }
+}
+
+void GradientReducer::reduce() {
+  armed_ = false;
+  struct Reset {
+    GradientReducer& reducer;
+    ~Reset() {
+      for (auto& slot : reducer.slots_) slot.ready = false;
+      for (auto& bucket : reducer.buckets_) bucket.pending = bucket.slots.size();
+      reducer.next_bucket_ = 0;
+    }
+  } reset{*this};
+  auto* computed = computed_host_.data_ptr<float>();
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].ready) continue;
+    copy_in(slots_[i]);
+    computed[i] = slots_[i].parameter.grad().defined() ? 1.0F : 0.0F;
+  }
+  computed_.copy_(computed_host_);
+  for (; next_bucket_ < buckets_.size(); ++next_bucket_) {
+    group_.start_all_reduce(buckets_[next_bucket_].flat);
+  }
+  group_.wait_pending();
+  computed_host_.copy_(computed_);
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    auto& slot = slots_[i];
+    auto& gradient = slot.parameter.mutable_grad();
+    if (computed[i] == 0.0F) {
+      // No rank computed it: left undefined, as on one process, not turned into zeros that
+      // momentum and weight decay would act on.
+      gradient.reset();
+      continue;
+    }
+    if (!gradient.defined()) gradient = at::empty_like(slot.parameter);
+    at::mul_out(gradient, slot.view, mean_scale_);
+  }
+}
+
+}  // namespace torchbus
