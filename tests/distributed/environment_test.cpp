@@ -205,6 +205,44 @@ BOOST_AUTO_TEST_CASE(collective_helpers_are_identities_in_a_world_of_one) {
   BOOST_TEST(group->ranks_with(false).empty());
 }
 
+// Buckets in a world of one: the layout (last layer first, a 1 MiB first bucket, then
+// bucket_bytes), the hooks copying gradients while armed, and reduce() leaving gradients as they
+// were (the mean of one rank), an unused parameter's undefined, and the status as written.
+BOOST_AUTO_TEST_CASE(a_gradient_reducer_in_a_world_of_one_leaves_gradients_as_they_are) {
+  auto group = ProcessGroup::connect(LaunchEnvironment{});
+  torch::manual_seed(0);
+  torch::nn::Sequential model(torch::nn::Linear(600, 500), torch::nn::ReLU(),
+                              torch::nn::Linear(500, 4));
+  model->register_parameter("unused", torch::ones({3}));
+  const auto parameters = model->parameters();
+  // In reverse order: the last layer's bias and weight and the first layer's bias (10,016 bytes)
+  // fill the first bucket (at most 1 MiB), the first layer's weight (1.2 MB) and the Sequential's
+  // own parameter (registered first) the second (at most 1.5 MB). Without the small first bucket
+  // all would fit in one.
+  GradientReducer reducer(*group, parameters, 1500000, 3);
+  BOOST_TEST(reducer.bucket_count() == 2u);
+  BOOST_TEST(reducer.status().numel() == 3);
+
+  const auto input = torch::randn({5, 600});
+  model->forward(input).sum().backward();
+  std::vector<at::Tensor> expected;
+  for (const auto& parameter : parameters) {
+    expected.push_back(parameter.grad().defined() ? parameter.grad().clone() : at::Tensor());
+    parameter.mutable_grad().reset();
+  }
+  reducer.arm();
+  model->forward(input).sum().backward();
+  reducer.status().copy_(torch::tensor({1.0, 2.0, 3.0}));
+  reducer.reduce();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    BOOST_TEST_CONTEXT("parameter " << i) {
+      BOOST_TEST(parameters[i].grad().defined() == expected[i].defined());
+      if (expected[i].defined()) BOOST_TEST(torch::equal(parameters[i].grad(), expected[i]));
+    }
+  }
+  BOOST_TEST(torch::equal(reducer.status(), torch::tensor({1.0F, 2.0F, 3.0F})));
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_are_rejected) {
   BOOST_CHECK_THROW(
       ProcessGroup::connect(LaunchEnvironment{}, DistributedOptions().bucket_bytes(0)),
