@@ -7,6 +7,8 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
 
+#include "autocast_scope.hpp"
+
 #include <cmath>
 
 namespace torchbus {
@@ -154,6 +156,7 @@ void Trainer::prepare_run() {
     TORCHBUS_CHECK(device.is_cpu(), ConfigError, "device ", device,
                    " is not supported; expected cpu or cuda");
   }
+  check_precision_supported(options_.precision(), device);
   module_->to(device);
   parameters_ = module_->parameters();
   state_.model = module_.get();
@@ -176,6 +179,8 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   state_.tensors.clear_all();
   module_->train();
   clear_gradients();
+  loss_scaler_.reset();
+  if (options_.precision() == Precision::FP16Mixed) loss_scaler_.emplace(options_.loss_scaler());
   if (resume_path_) restore_for_resume();
   run_action([&] {
     if (process_group_) start_process_group();
@@ -261,6 +266,10 @@ void Trainer::run_step(bool can_validate) {
     ++state_.global_batch;
   }
   if (distributed()) synchronize_gradients();
+  // Unscaled after the all-reduce: every rank finds the same overflow and skips alike.
+  const bool scaled = loss_scaler_ && window_has_backward_;
+  const bool overflow = scaled && loss_scaler_->unscale(parameters_);
+  if (overflow) state_.skip_update = true;
   if (window_has_backward_ && !state_.skip_update) fire(Event::BeforeOptimizerStep);
   const bool update = window_has_backward_ && !state_.skip_update;
   updated_last_step_ = update;
@@ -272,6 +281,7 @@ void Trainer::run_step(bool can_validate) {
     state_.tensors.set("loss", window_loss_, Scope::Step);
     state_.record_metric("train_loss", window_loss_);
   }
+  if (scaled) loss_scaler_->update(overflow);
   if (window_has_backward_) clear_gradients();
   in_window_ = false;
   state_.update_skipped = !update;
@@ -298,7 +308,7 @@ void Trainer::run_batch(Batch& batch) {
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
       // The window's last backward starts the gradient all-reduces as buckets become final.
       if (reducer_ && state_.window_position + 1 == window) reducer_->arm();
-      backward(scaled);
+      backward(loss_scaler_ ? loss_scaler_->scale(scaled) : scaled);
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.
       window_loss_ = window == 1              ? loss
                      : window_loss_.defined() ? window_loss_ + scaled.detach()
@@ -361,6 +371,7 @@ at::Tensor Trainer::run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch
                                       const char* what) {
   at::Tensor loss;
   try {
+    const detail::AutocastScope autocast(options_.precision(), state_.device.type());
     loss = (this->*step)(batch);
   } catch (const CancelBatch&) {
     state_.cancelled = true;

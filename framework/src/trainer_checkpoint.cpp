@@ -87,7 +87,8 @@ std::string describe_options(const TrainerOptions& options) {
       << "\nseed=" << (options.seed() ? std::to_string(*options.seed()) : "none")
       << "\ngradient_clip_norm=" << options.gradient_clip_norm()
       << "\ngradient_clip_value=" << options.gradient_clip_value()
-      << "\nset_grads_to_none=" << options.set_grads_to_none() << "\n";
+      << "\nset_grads_to_none=" << options.set_grads_to_none()
+      << "\nprecision=" << to_string(options.precision()) << "\n";
   return out.str();
 }
 
@@ -128,6 +129,12 @@ class CheckpointReader {
   at::Tensor tensor(const std::string& key) {
     at::Tensor tensor;
     if (!archive_.try_read(key, tensor)) fail("has no '", key, "' tensor");
+    return tensor;
+  }
+  /// The tensor at `key`, undefined when the checkpoint has none.
+  at::Tensor optional_tensor(const std::string& key) {
+    at::Tensor tensor;
+    archive_.try_read(key, tensor);
     return tensor;
   }
   InputArchive nested(const std::string& key) {
@@ -251,6 +258,12 @@ std::string Trainer::checkpoint_bytes() {
   archive.write("callback_names", c10::IValue(join_lines(callback_names)));
   archive.write("accumulate_grad_batches", c10::IValue(options_.accumulate_grad_batches()));
   archive.write("options", c10::IValue(describe_options(options_)));
+  if (loss_scaler_) {
+    archive.write("loss_scaler",
+                  torch::tensor({loss_scaler_->current_scale(),
+                                 static_cast<double>(loss_scaler_->growth_tracker())},
+                                torch::kDouble));
+  }
   std::ostringstream payload;
   archive.save_to(payload);
   return frame_checkpoint(payload.str(), state_.step, options_.run_identity());
@@ -338,6 +351,18 @@ void Trainer::load_checkpoint(const fs::path& path) {
   if (position.size() != 4) reader.fail("has a malformed 'position' entry");
   const auto rng = reader.tensor("rng");
   const auto cuda_rng = reader.value("cuda_rng").toTensorVector();
+  // The loss scale of a float16 run (absent otherwise; a run in another precision ignores it).
+  auto loss_scaler = loss_scaler_;
+  const auto saved_scale = reader.optional_tensor("loss_scaler");
+  if (loss_scaler && saved_scale.defined()) {
+    if (saved_scale.numel() != 2) reader.fail("has a malformed 'loss_scaler' entry");
+    const auto values = saved_scale.to(torch::kDouble);
+    try {
+      loss_scaler->restore(values[0].item<double>(), values[1].item<std::int64_t>());
+    } catch (const CheckpointError& error) {
+      reader.fail("has an unusable loss scale: ", error.what());
+    }
+  }
   const auto saved_options = reader.value("options").toStringRef();
   if (saved_options != describe_options(options_)) {
     logger()->info("checkpoint {} was written with other options:\n{}", path.string(),
@@ -385,6 +410,7 @@ void Trainer::load_checkpoint(const fs::path& path) {
   copy_into(parameters, current_parameters);
   copy_into(buffers, current_buffers);
   optimizer_.load(optimizer_archive);
+  loss_scaler_ = loss_scaler;
   state_.metrics.clear();
   for (auto& [name, series] : metrics) state_.metrics.set_series(name, std::move(series));
   state_.epoch = position[0];

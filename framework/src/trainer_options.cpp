@@ -26,6 +26,7 @@ void TrainerOptions::validate() const {
                  "gradient_clip_norm must be >= 0 (0: off), got ", gradient_clip_norm_);
   TORCHBUS_CHECK(gradient_clip_value_ >= 0.0, ConfigError,
                  "gradient_clip_value must be >= 0 (0: off), got ", gradient_clip_value_);
+  loss_scaler_.validate();
   TORCHBUS_CHECK(gradient_clip_norm_ == 0.0 || gradient_clip_value_ == 0.0, ConfigError,
                  "choose one of gradient_clip_norm (", gradient_clip_norm_,
                  ") and gradient_clip_value (", gradient_clip_value_, "), not both");

@@ -32,7 +32,8 @@ struct ResumeRun {
   Trainer trainer;
   std::vector<std::string> seen;
 
-  explicit ResumeRun(std::uint64_t init_seed = 5, std::string identity = "")
+  explicit ResumeRun(std::uint64_t init_seed = 5, std::string identity = "",
+                     Precision precision = Precision::Float32)
       : model(make_model(init_seed)),
         optimizer(model->parameters(), torch::optim::AdamOptions(1e-2)),
         trainer(model, optimizer, loss,
@@ -41,6 +42,7 @@ struct ResumeRun {
                     .accumulate_grad_batches(2)
                     .seed(11)
                     .run_identity(std::move(identity))
+                    .precision(precision)
                     .use_registered_subscriptions(false)) {
     trainer.set_train_step([this](Trainer& t, Batch& batch) {
       std::string line = std::to_string(t.state().global_batch) + ":";

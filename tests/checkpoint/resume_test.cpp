@@ -20,8 +20,9 @@ struct Killed : std::runtime_error {
 };
 
 /// Runs until `event` at `count` (state.step for StepEnd, state.epoch for EpochEnd), saves, dies.
-std::vector<std::string> interrupted_run(Event event, std::int64_t count, const fs::path& file) {
-  ResumeRun run;
+std::vector<std::string> interrupted_run(Event event, std::int64_t count, const fs::path& file,
+                                         Precision precision = Precision::Float32) {
+  ResumeRun run(5, "", precision);
   run.trainer.on(event, [&](State& s) {
     if ((event == Event::StepEnd ? s.step : s.epoch) == count) {
       run.trainer.save_checkpoint(file);
@@ -32,13 +33,15 @@ std::vector<std::string> interrupted_run(Event event, std::int64_t count, const 
   return run.seen;
 }
 
-void check_resume(Event event, std::int64_t count, const std::string& name) {
-  ResumeRun uninterrupted;
+void check_resume(Event event, std::int64_t count, const std::string& name,
+                  Precision precision = Precision::Float32) {
+  ResumeRun uninterrupted(5, "", precision);
   uninterrupted.fit();
   const auto file = scratch("resume", name) / "checkpoint.tbckpt";
-  const auto before = interrupted_run(event, count, file);
+  const auto before = interrupted_run(event, count, file, precision);
 
-  ResumeRun resumed(/*init_seed=*/99);  // other initial weights: the checkpoint must restore them
+  // Other initial weights: the checkpoint must restore them.
+  ResumeRun resumed(/*init_seed=*/99, "", precision);
   resumed.trainer.resume_from(file);
   resumed.fit();
 
@@ -61,6 +64,13 @@ BOOST_AUTO_TEST_SUITE(resume)
 BOOST_AUTO_TEST_CASE(after_the_first_step) {
   check_resume(Event::StepEnd, 1, "step1");
 }
+
+// Under bfloat16 autocast the forward differs from float32's; a resumed run still ends with the
+// uninterrupted bf16 run's weights bit for bit.
+BOOST_AUTO_TEST_CASE(mid_epoch_under_bf16_autocast) {
+  check_resume(Event::StepEnd, 6, "mid_epoch_bf16", Precision::BF16Mixed);
+}
+
 BOOST_AUTO_TEST_CASE(mid_epoch) {
   check_resume(Event::StepEnd, 6, "step6");
 }

@@ -20,7 +20,9 @@
 #include <torchbus/gradient_reducer.hpp>
 #include <torchbus/launch_environment.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/precision.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/subscription.hpp>

@@ -99,6 +99,8 @@ class Trainer {
   Trainer& set_process_group(std::shared_ptr<ProcessGroup> group);
   /// The process group, or null.
   ProcessGroup* process_group() const noexcept { return process_group_.get(); }
+  /// The loss scaler of a Precision::FP16Mixed fit (null under other precisions).
+  const LossScaler* loss_scaler() const noexcept { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
 
   /// Replaces the default train step (forward, loss) without subclassing.
   Trainer& set_train_step(StepFunction step);
@@ -200,6 +202,7 @@ class Trainer {
   EventBus bus_;
   State state_;
   std::shared_ptr<ProcessGroup> process_group_;
+  std::optional<LossScaler> loss_scaler_;     // under Precision::FP16Mixed
   std::unique_ptr<GradientReducer> reducer_;  // a distributed fit's gradient buckets
   at::Tensor
       status_host_;  // what rides with the last bucket, on the host (see synchronize_gradients)

@@ -5,6 +5,8 @@
 
 #include <c10/core/Device.h>
 #include <torch/arg.h>
+#include <torchbus/loss_scaler.hpp>
+#include <torchbus/precision.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -36,6 +38,11 @@ struct TrainerOptions {
   /// `zero_grad(set_to_none=True)`) instead of filling them with zeros (LibTorch 1.13's
   /// `zero_grad()`): no kernel per parameter, and the next backward writes fresh gradients.
   TORCH_ARG(bool, set_grads_to_none) = true;
+  /// Arithmetic of the forward pass and the loss: Float32, BF16Mixed (autocast to bfloat16) or
+  /// FP16Mixed (autocast to float16 with loss scaling, CUDA); see docs/trainer.md, "Precision".
+  TORCH_ARG(Precision, precision) = Precision::Float32;
+  /// How the loss scale moves under Precision::FP16Mixed (PyTorch GradScaler's defaults).
+  TORCH_ARG(LossScalerOptions, loss_scaler) = {};
   /// What makes this run's result ("key=value" lines: data, model, seed, ...), written into every
   /// checkpoint; a checkpoint of another identity is never resumed (empty: no check).
   TORCH_ARG(std::string, run_identity) = "";

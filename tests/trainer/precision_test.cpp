@@ -1,0 +1,250 @@
+// Precision: bfloat16 autocast around every step function, float16 refused on the CPU before
+// training, and the LossScaler's arithmetic (PyTorch GradScaler's rules).
+
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+#include <support/recorder.hpp>
+#include <torchbus/torchbus.hpp>
+
+#include <limits>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+
+namespace {
+
+/// What a step function saw: whether autocast was on and the model output's dtype.
+struct Seen {
+  bool autocast = false;
+  at::ScalarType output = at::kFloat;
+};
+
+/// Trains 4 batches and validates on 2, with custom train and eval steps recording what they saw.
+std::pair<std::vector<Seen>, std::vector<Seen>> steps_seen(Precision precision) {
+  Run run(TrainerOptions().precision(precision));
+  std::vector<Seen> train, eval;
+  const auto record = [](std::vector<Seen>& into) {
+    return [&into](Trainer& trainer, Batch& batch) {
+      const auto output = trainer.forward(batch.data);
+      into.push_back({at::autocast::is_cpu_enabled(), output.scalar_type()});
+      return cross_entropy(output, batch.target);
+    };
+  };
+  run.trainer.set_train_step(record(train));
+  run.trainer.set_eval_step(record(eval));
+  run.trainer.fit(make_batches(4, 8), make_batches(2, 8));
+  return {train, eval};
+}
+
+/// Accuracy on `batches` of a model trained 3 epochs on them under `precision`.
+double trained_accuracy(Precision precision, const std::vector<Batch>& batches) {
+  torch::manual_seed(1);
+  torch::nn::Sequential model(torch::nn::Linear(16, 64), torch::nn::ReLU(),
+                              torch::nn::Linear(64, 4));
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-2));
+  Trainer trainer(
+      model, optimizer, cross_entropy,
+      TrainerOptions().max_epochs(3).precision(precision).use_registered_subscriptions(false));
+  trainer.fit(batches);
+  torch::NoGradGuard no_grad;
+  std::int64_t correct = 0, total = 0;
+  for (const auto& batch : batches) {
+    correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<std::int64_t>();
+    total += batch.target.size(0);
+  }
+  return 100.0 * static_cast<double>(correct) / static_cast<double>(total);
+}
+
+/// A learnable problem: the class is the argmax of the first 4 of 16 features.
+std::vector<Batch> learnable_batches() {
+  torch::manual_seed(3);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 40; ++i) {
+    auto data = torch::randn({32, 16});
+    auto target = data.narrow(1, 0, 4).argmax(1);
+    batches.emplace_back(data, target);
+  }
+  return batches;
+}
+
+bool bf16_supported() {
+  try {
+    check_precision_supported(Precision::BF16Mixed, torch::kCPU);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+struct CudaPresent {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result present(torch::cuda::is_available());
+    present.message() << "skipped: no CUDA device (this LibTorch "
+                      << (torch::cuda::is_available() ? "has" : "has no usable") << " CUDA)";
+    return present;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(precision)
+
+BOOST_AUTO_TEST_CASE(names_round_trip_and_unknown_ones_are_refused) {
+  for (const auto p : {Precision::Float32, Precision::BF16Mixed, Precision::FP16Mixed}) {
+    BOOST_TEST(parse_precision(to_string(p)) == p);
+  }
+  BOOST_TEST(to_string(Precision::BF16Mixed) == "bf16-mixed");
+  try {
+    parse_precision("bf16");
+    BOOST_FAIL("expected ConfigError");
+  } catch (const ConfigError& error) {
+    BOOST_TEST(std::string(error.what())
+                   .find("unknown precision 'bf16'; expected 32, bf16-mixed or 16-mixed") !=
+               std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_autocasts_custom_train_and_eval_steps_and_restores_the_thread,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       return bf16_supported();
+                     })) {
+  const auto [train, eval] = steps_seen(Precision::BF16Mixed);
+  BOOST_TEST_REQUIRE(train.size() == 4u);
+  BOOST_TEST_REQUIRE(eval.size() == 2u);
+  for (const auto& seen : train) {
+    BOOST_TEST(seen.autocast);
+    BOOST_TEST(seen.output == at::kBFloat16);
+  }
+  for (const auto& seen : eval) {
+    BOOST_TEST(seen.autocast);
+    BOOST_TEST(seen.output == at::kBFloat16);
+  }
+  BOOST_TEST(!at::autocast::is_cpu_enabled());  // off again after fit()
+}
+
+BOOST_AUTO_TEST_CASE(float32_never_autocasts) {
+  const auto [train, eval] = steps_seen(Precision::Float32);
+  for (const auto& seen : train) {
+    BOOST_TEST(!seen.autocast);
+    BOOST_TEST(seen.output == at::kFloat);
+  }
+  BOOST_TEST(eval.size() == 2u);
+}
+
+// Parameters and optimizer state stay float32; the bf16 run differs from the float32 one (the
+// forward really ran in bf16) but learns as well: accuracy within 1 point.
+BOOST_AUTO_TEST_CASE(bf16_keeps_float32_parameters_and_learns_as_float32_does,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       return bf16_supported();
+                     })) {
+  const auto batches = learnable_batches();
+  const auto float32 = trained_accuracy(Precision::Float32, batches);
+  const auto bf16 = trained_accuracy(Precision::BF16Mixed, batches);
+  BOOST_TEST_MESSAGE("accuracy float32 " << float32 << " %, bf16-mixed " << bf16 << " %");
+  BOOST_TEST(float32 > 80.0);
+  BOOST_TEST(std::abs(bf16 - float32) <= 1.0);
+
+  Run a(TrainerOptions().precision(Precision::Float32));
+  Run b(TrainerOptions().precision(Precision::BF16Mixed));
+  a.trainer.fit(make_batches(3, 8));
+  b.trainer.fit(make_batches(3, 8));
+  bool differ = false;
+  for (std::size_t i = 0; i < a.model->parameters().size(); ++i) {
+    BOOST_TEST(b.model->parameters()[i].scalar_type() == at::kFloat);
+    BOOST_TEST(b.model->parameters()[i].grad().defined() == false);
+    differ = differ || !torch::equal(a.model->parameters()[i], b.model->parameters()[i]);
+  }
+  BOOST_TEST(differ);
+}
+
+BOOST_AUTO_TEST_CASE(float16_on_the_cpu_is_refused_before_training) {
+  Run run(TrainerOptions().precision(Precision::FP16Mixed));
+  auto recorder = std::make_shared<RecordingCallback>();
+  run.trainer.add(recorder);
+  try {
+    run.trainer.fit(make_batches(2, 4));
+    BOOST_FAIL("expected ConfigError");
+  } catch (const ConfigError& error) {
+    BOOST_TEST(std::string(error.what())
+                   .find("precision 16-mixed (float16 autocast with loss "
+                         "scaling) needs a CUDA device, got cpu") != std::string::npos);
+  }
+  BOOST_TEST(recorder->events.empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_scaler_scales_unscales_and_finds_overflow) {
+  LossScaler scaler(LossScalerOptions().init_scale(8.0));
+  BOOST_TEST(scaler.scale(torch::tensor(1.5)).item<double>() == 12.0);
+  auto a = torch::zeros({2}, torch::requires_grad());
+  auto b = torch::zeros({3}, torch::requires_grad());
+  auto unused = torch::zeros({1}, torch::requires_grad());
+  a.mutable_grad() = torch::tensor({8.0F, -16.0F});
+  b.mutable_grad() = torch::tensor({4.0F, 0.0F, 2.0F});
+  BOOST_TEST(!scaler.unscale({a, b, unused}));
+  BOOST_TEST(torch::equal(a.grad(), torch::tensor({1.0F, -2.0F})));
+  BOOST_TEST(torch::equal(b.grad(), torch::tensor({0.5F, 0.0F, 0.25F})));
+  BOOST_TEST(!unused.grad().defined());
+  b.mutable_grad() = torch::tensor({std::numeric_limits<float>::infinity(), 0.0F, 1.0F});
+  BOOST_TEST(scaler.unscale({a, b}));
+  b.mutable_grad() = torch::tensor({std::numeric_limits<float>::quiet_NaN(), 0.0F, 1.0F});
+  BOOST_TEST(scaler.unscale({a, b}));
+}
+
+BOOST_AUTO_TEST_CASE(the_scale_backs_off_on_overflow_and_grows_after_a_run_of_good_steps) {
+  LossScaler scaler(LossScalerOptions().init_scale(1024.0).growth_interval(3));
+  scaler.update(false);
+  scaler.update(false);
+  BOOST_TEST(scaler.growth_tracker() == 2);
+  scaler.update(true);  // an overflow resets the run of good steps
+  BOOST_TEST(scaler.current_scale() == 512.0);
+  BOOST_TEST(scaler.growth_tracker() == 0);
+  for (int i = 0; i < 3; ++i) scaler.update(false);
+  BOOST_TEST(scaler.current_scale() == 1024.0);
+  BOOST_TEST(scaler.growth_tracker() == 0);
+
+  LossScaler restored(LossScalerOptions().growth_interval(3));
+  restored.restore(256.0, 2);
+  restored.update(false);
+  BOOST_TEST(restored.current_scale() == 512.0);
+  BOOST_CHECK_THROW(restored.restore(0.0, 0), CheckpointError);
+  BOOST_CHECK_THROW(restored.restore(2.0, 3), CheckpointError);
+  BOOST_CHECK_THROW(LossScaler(LossScalerOptions().backoff_factor(1.0)), ConfigError);
+  BOOST_CHECK_THROW(LossScaler(LossScalerOptions().growth_interval(0)), ConfigError);
+  BOOST_CHECK_THROW(Run(TrainerOptions().loss_scaler(LossScalerOptions().init_scale(-1.0)))
+                        .trainer.fit(make_batches(1, 4)),
+                    ConfigError);
+}
+
+// Float16 with loss scaling on a GPU: a first step that overflows is skipped and lowers the scale;
+// the scale is in checkpoints, so a resumed run continues it.
+BOOST_AUTO_TEST_CASE(float16_on_cuda_skips_overflowing_steps_and_checkpoints_the_scale,
+                     *boost::unit_test::precondition(CudaPresent())) {
+  Run run(TrainerOptions()
+              .device(torch::kCUDA)
+              .precision(Precision::FP16Mixed)
+              .loss_scaler(LossScalerOptions().init_scale(1e30)));
+  std::vector<bool> skipped;
+  run.trainer.on(Event::StepEnd, [&](State& state) { skipped.push_back(state.update_skipped); });
+  run.trainer.fit(make_batches(4, 8));
+  BOOST_TEST_REQUIRE(skipped.size() == 4u);
+  BOOST_TEST(skipped.front());  // 1e30 * loss overflows float16
+  BOOST_TEST(!skipped.back());
+  const auto file = std::filesystem::temp_directory_path() / "torchbus_fp16.tbckpt";
+  run.trainer.save_checkpoint(file);
+  const auto scale = run.trainer.loss_scaler()->current_scale();
+  BOOST_TEST(scale < 1e30);
+  Run resumed(TrainerOptions().device(torch::kCUDA).precision(Precision::FP16Mixed).max_epochs(2));
+  resumed.trainer.resume_from(file);
+  double resumed_scale = 0.0;
+  resumed.trainer.on(Event::ActionStart, [&](State&) {
+    resumed_scale = resumed.trainer.loss_scaler()->current_scale();
+  });
+  resumed.trainer.fit(make_batches(4, 8));
+  BOOST_TEST(resumed_scale == scale);
+  std::filesystem::remove(file);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
