@@ -398,7 +398,10 @@ void CsvLogger::reconcile(const State& state) {
 // ---- rows ---------------------------------------------------------------------------------------
 
 void CsvLogger::on_step_end(State& state) {
-  if (!state.update_skipped && state.step % options_.step_freq() == 0) write_step_row(state);
+  // While an exception escapes, the step did not complete: StepEnd fires only to close it.
+  if (!state.error && !state.update_skipped && state.step % options_.step_freq() == 0) {
+    write_step_row(state);
+  }
   flush_if_due();
 }
 

@@ -62,7 +62,8 @@ void ModelCheckpoint::on_action_start(State&) {
 
 void ModelCheckpoint::on_step_end(State& state) {
   const auto every = options_.every_n_steps();
-  if (every <= 0 || state.update_skipped || state.step % every != 0) return;
+  // While an exception escapes, StepEnd and EpochEnd only close what was open: mid-step, no save.
+  if (state.error || every <= 0 || state.update_skipped || state.step % every != 0) return;
   // A validation belongs to this step: the checkpoint waits for it, so its score is current.
   if (state.validation_follows) {
     pending_ = true;
@@ -82,6 +83,7 @@ void ModelCheckpoint::on_eval_end(State& state) {
 }
 
 void ModelCheckpoint::on_epoch_end(State& state) {
+  if (state.error) return;
   const auto every = options_.every_n_epochs();
   const bool due = every > 0 && (state.epoch + 1) % every == 0;
   // This step's checkpoint, taken before the epoch's validation, is taken again with its score.

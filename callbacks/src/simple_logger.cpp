@@ -47,7 +47,7 @@ void SimpleLogger::on_epoch_start(State& state) {
 }
 
 void SimpleLogger::on_step_end(State& state) {
-  if (state.update_skipped || state.step % options_.step_freq() != 0) return;
+  if (state.error || state.update_skipped || state.step % options_.step_freq() != 0) return;
   log_step(state);
 }
 

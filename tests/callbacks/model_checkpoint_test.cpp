@@ -1,4 +1,5 @@
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
 #include <support/fixtures.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
@@ -74,6 +75,26 @@ BOOST_AUTO_TEST_CASE(saves_at_the_expected_steps_and_links_last) {
   CheckpointHeader header;
   read_checkpoint_payload(folder / "last.tbckpt", &header);
   BOOST_TEST(header.step == 6);
+}
+
+// An exception mid-step closes StepEnd and EpochEnd on its way out: the checkpoint does not try to
+// save there (it could not: a checkpoint needs a step boundary) and logs nothing about it.
+BOOST_AUTO_TEST_CASE(an_exception_mid_step_saves_nothing_and_logs_no_error) {
+  const auto folder = scratch_path("model_checkpoint", "exception");
+  CheckpointRun run;
+  run.trainer.add(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions(folder).every_n_steps(1).every_n_epochs(1).background(false)));
+  run.trainer.on(Event::AfterBackward, [](State& state) {
+    if (state.step == 2) throw std::runtime_error("injected");
+  });
+  CapturedLog log;
+  BOOST_CHECK_THROW(run.fit(), std::runtime_error);
+  BOOST_TEST(checkpoint_files(folder) ==
+                 (std::set<std::string>{"epoch-000-step-000001.tbckpt",
+                                        "epoch-000-step-000002.tbckpt", "last.tbckpt"}),
+             boost::test_tools::per_element());
+  const auto errors = log.messages("error");
+  BOOST_TEST(errors.empty(), (errors.empty() ? std::string() : errors.front()));
 }
 
 BOOST_AUTO_TEST_CASE(keeps_the_best_k_by_a_monitored_metric) {
