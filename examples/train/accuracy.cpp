@@ -1,6 +1,7 @@
 #include "accuracy.hpp"
 
 #include <torch/torch.h>
+#include <torchbus/distributed.hpp>
 
 namespace train {
 
@@ -21,7 +22,21 @@ void Accuracy::Tally::add(const torchbus::State& state) {
 }
 
 void Accuracy::Tally::record(torchbus::State& state, std::string_view name) {
-  if (seen > 0) state.record_metric(name, correct.to(torch::kDouble) / static_cast<double>(seen));
+  auto* group = state.process_group;
+  if (group == nullptr || group->world_size() == 1) {
+    if (seen > 0) state.record_metric(name, correct.to(torch::kDouble) / static_cast<double>(seen));
+    return;
+  }
+  // While a failure unwinds, the other ranks are not at this point: no collective, and no figure
+  // of this rank's shard alone that would pass for the run's.
+  if (state.error) return;
+  // Each rank counted its shard: the accuracy is over the samples of every rank.
+  auto totals = torch::stack({correct.defined() ? correct.to(torch::kCPU, torch::kDouble)
+                                                : torch::zeros({}, torch::kDouble),
+                              torch::tensor(static_cast<double>(seen), torch::kDouble)});
+  group->all_reduce(totals);
+  const auto all_seen = totals[1].item<double>();
+  if (all_seen > 0) state.record_metric(name, totals[0] / all_seen);
 }
 
 void Accuracy::on_epoch_start(torchbus::State&) {

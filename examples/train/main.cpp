@@ -3,8 +3,11 @@
 
 #include "accuracy.hpp"
 #include "dataset.hpp"
+#include "exit_status.hpp"
 #include "model.hpp"
+#include "rank_agreement.hpp"
 #include "run_directory.hpp"
+#include "run_lock.hpp"
 #include "shuffled_batches.hpp"
 #include "stop_signals.hpp"
 #include "summary.hpp"
@@ -24,22 +27,14 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitSignalBase = 128;
-
-/// A command-line problem found before training: exit 2 with the --help hint.
-class UsageError : public torchbus::ConfigError {
- public:
-  using torchbus::ConfigError::ConfigError;
-};
+using train::UsageError;
 
 struct Flags {
   std::string data = "synthetic";
@@ -51,6 +46,7 @@ struct Flags {
   std::int64_t accumulate = 1;
   double lr = 1e-3;
   std::string optimizer = "adam";
+  std::string precision = "32";
   std::uint64_t seed = 42;
   std::int64_t val_every = 1;
   std::int64_t val_every_steps = 0;
@@ -140,7 +136,9 @@ void describe_flags(CLI::App& app, Flags& flags) {
       "checkpoint and a summary; a second signal ends the process at once.\n"
       "Exit codes: 0 done (also after --max-steps, --time-limit, early stopping or a NaN stop),\n"
       "1 runtime failure, 2 command-line usage (found before training), 128+N after signal N\n"
-      "(130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1).");
+      "(130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1).\n"
+      "Under mpirun, torchrun or srun it trains data-parallel: every rank reads its shard of the\n"
+      "data, rank 0 writes OUT, and every rank exits with the same code.");
   app.add_option(
       "--data", flags.data,
       "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
@@ -152,13 +150,18 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--epochs", flags.epochs, "epochs to train")->check(at_least(1));
   app.add_option("--max-steps", flags.max_steps, "stop after this many optimizer steps (-1: none)")
       ->check(at_least(-1));
-  app.add_option("--batch-size", flags.batch_size, "samples per batch")->check(at_least(1));
+  app.add_option("--batch-size", flags.batch_size, "samples per batch (of each rank)")
+      ->check(at_least(1));
   app.add_option("--accumulate", flags.accumulate, "batches per optimizer step")
       ->check(at_least(1));
   app.add_option("--lr", flags.lr, "learning rate")
       ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/true));
   app.add_option("--optimizer", flags.optimizer, "sgd | adam | adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--precision", flags.precision,
+                 "32 | bf16-mixed (autocast to bfloat16; CPUs with AVX-512, GPUs) | 16-mixed "
+                 "(float16 with loss scaling; CUDA only)")
+      ->check(CLI::IsMember({"32", "bf16-mixed", "16-mixed"}));
   app.add_option("--seed", flags.seed, "seed of the data, the weights and the shuffling");
   app.add_option("--val-every", flags.val_every, "validate every N epochs (0: never)")
       ->check(at_least(0));
@@ -326,6 +329,11 @@ void check_flag_combinations(const Flags& flags) {
   if (flags.resume && !flags.checkpoints) {
     throw UsageError("--resume needs checkpoints; drop --no-checkpoints");
   }
+  try {
+    torchbus::check_precision_supported(torchbus::parse_precision(flags.precision), torch::kCPU);
+  } catch (const torchbus::ConfigError& error) {
+    throw UsageError("--precision " + flags.precision + ": " + error.what());
+  }
 }
 
 /// The callbacks that change what the run does, as the flags ask.
@@ -356,6 +364,7 @@ train::JsonObject describe_run(const Flags& flags) {
       .add("accumulate", flags.accumulate)
       .add("lr", flags.lr)
       .add("optimizer", flags.optimizer)
+      .add("precision", flags.precision)
       .add("scheduler", flags.scheduler)
       .add("seed", static_cast<std::int64_t>(flags.seed))
       .add("val_every", flags.val_every)
@@ -374,20 +383,21 @@ std::string canonical_data(const std::string& spec) {
          (error ? spec.substr(colon + 1) : path.lexically_normal().string());
 }
 
-/// The run's identity: every option that changes its result ("key=value" lines). Written into
-/// identity.txt, every checkpoint and summary.json; --resume continues only a run of the same.
-std::string run_identity(const Flags& flags, bool cnn) {
+/// The run's identity: every option that changes its result ("key=value" lines), and the number
+/// of ranks (each reads its shard). Written into identity.txt, every checkpoint and summary.json;
+/// --resume continues only a run of the same.
+std::string run_identity(const Flags& flags, bool cnn, int world_size) {
   std::string hidden;
   for (const auto width : flags.hidden)
     hidden += (hidden.empty() ? "" : ",") + std::to_string(width);
   return fmt::format(
       "data={}\nmodel={}\nhidden={}\nbatch_size={}\naccumulate={}\noptimizer={}\nlr={}\n"
       "scheduler={}\nseed={}\nepochs={}\nmax_steps={}\nval_every={}\nval_every_steps={}\n"
-      "early_stopping={}\nterminate_on_nan={}\n",
+      "early_stopping={}\nterminate_on_nan={}\nprecision={}\nworld_size={}\n",
       canonical_data(flags.data), cnn ? "cnn" : "mlp", cnn ? "-" : hidden, flags.batch_size,
       flags.accumulate, flags.optimizer, flags.lr, flags.scheduler, flags.seed, flags.epochs,
       flags.max_steps, flags.val_every, flags.val_every_steps, flags.early_stopping,
-      flags.terminate_on_nan ? 1 : 0);
+      flags.terminate_on_nan ? 1 : 0, flags.precision, world_size);
 }
 
 /// Sends the torchbus log to the console and to `directory`/train.log (continued on --resume).
@@ -399,12 +409,10 @@ void log_to(const fs::path& directory, bool append) {
   torchbus::logger()->flush_on(spdlog::level::info);
 }
 
-/// How the run directory is used: a fresh run, or a resume from its checkpoints.
-enum class Start { Fresh, Resume };
-
 /// Decides from OUT and the flags whether the run starts fresh or resumes, and clears what a
-/// fresh start replaces. Nothing is written before this has accepted the directory.
-Start prepare_run_directory(const Flags& flags, const std::string& identity) {
+/// fresh start replaces. Nothing is written before this has accepted the directory. Returns the
+/// checkpoint to resume from: the newest valid one of this identity (empty: a fresh start).
+fs::path prepare_run_directory(const Flags& flags, const std::string& identity) {
   const fs::path out(flags.out);
   const auto present = train::present_outputs(out);
   auto log = torchbus::logger();
@@ -419,13 +427,14 @@ Start prepare_run_directory(const Flags& flags, const std::string& identity) {
           flags.out, fmt::join(present, ", ")));
     }
     train::remove_outputs(out, present);
-    return Start::Fresh;
+    return {};
   }
+  torchbus::remove_stale_temporaries(out / "checkpoints");
   std::string others;
-  bool ours = false;
+  fs::path ours;
   for (const auto& candidate : torchbus::valid_checkpoints(out / "checkpoints")) {
     if (candidate.header.identity == identity) {
-      ours = true;
+      if (ours.empty()) ours = candidate.path;
     } else {
       others +=
           fmt::format("\n  {}: {}", candidate.path.string(),
@@ -434,10 +443,10 @@ Start prepare_run_directory(const Flags& flags, const std::string& identity) {
                           : torchbus::identity_differences(candidate.header.identity, identity));
     }
   }
-  if (ours) {
+  if (!ours.empty()) {
     if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
     train::remove_outputs(out, {"summary.json"});  // a resume that fails must not look finished
-    return Start::Resume;
+    return ours;
   }
   if (!others.empty()) {
     throw torchbus::CheckpointError(fmt::format(
@@ -459,7 +468,7 @@ Start prepare_run_directory(const Flags& flags, const std::string& identity) {
     if (name != "train.log") partial.push_back(name);
   }
   train::remove_outputs(out, partial);
-  return Start::Fresh;
+  return {};
 }
 
 /// Ends the run during start-up when a stop signal arrived: nothing of a run is written.
@@ -467,8 +476,16 @@ void exit_if_signalled_during_startup() {
   if (const int signal = train::received_stop_signal()) {
     torchbus::logger()->warn("{} during start-up: exiting before training, nothing written",
                              train::signal_name(signal));
-    std::exit(kExitSignalBase + signal);
+    throw train::StartupExit(train::kExitSignalBase + signal, "");
   }
+}
+
+/// Refuses data that cannot be shared among `world_size` ranks: each validates its share.
+void check_shardable(const Flags& flags, const train::Dataset& data, int world_size) {
+  const auto rows = data.validation_inputs.size(0);
+  TORCHBUS_CHECK(!validates(flags) || rows >= world_size, torchbus::DataError,
+                 "the validation split has ", rows, " sample(s) for ", world_size,
+                 " ranks; expected at least one per rank (each rank validates its share)");
 }
 
 /// Why the run ended, for summary.json.
@@ -481,31 +498,56 @@ std::string stop_reason_of(const torchbus::State& state, const Flags& flags) {
 /// Set once training started: from then on every failure is a runtime failure (exit 1).
 bool training_started = false;
 
-int run(const Flags& flags) {
+/// Creates and locks OUT (the lock lives in `lock`), then decides how the run uses it. Rank 0's
+/// work: the returned checkpoint to resume from (empty: a fresh start) is shared with the others.
+fs::path take_run_directory(const Flags& flags, const std::string& identity,
+                            std::optional<train::RunLock>& lock) {
   const fs::path out(flags.out);
-  check_flag_combinations(flags);
-  if (flags.threads > 0) torch::set_num_threads(flags.threads);
-
-  torch::manual_seed(flags.seed);
-  const auto data = train::load_dataset(flags.data, flags.seed);
-  auto model = make_model(flags, data);
-  const auto identity = run_identity(flags, uses_cnn(flags, data));
-  exit_if_signalled_during_startup();
-
   std::error_code error;
   fs::create_directories(out, error);
   TORCHBUS_CHECK(!error && fs::is_directory(out), torchbus::Error,
                  "cannot create the run directory '", flags.out,
                  "': ", error ? error.message() : "a file of that name exists");
-  const auto start = prepare_run_directory(flags, identity);
-  {
-    std::ofstream probe(out / "train.log", std::ios::app);
-    TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
-                   "' is not writable");
-  }
-  log_to(out, flags.resume);
+  lock.emplace(out);
+  auto resume_from = prepare_run_directory(flags, identity);
+  std::ofstream probe(out / "train.log", std::ios::app);
+  TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
+                 "' is not writable");
+  return resume_from;
+}
+
+int run(const Flags& flags) {
+  const fs::path out(flags.out);
+  // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this.
+  const auto group = torchbus::ProcessGroup::from_environment();
+  const int world_size = group->world_size();
+  const bool writes_outputs = group->rank() == 0;  // rank 0 alone writes the run directory
+
+  // The same checks, data and model on every rank; a failure on one ends every rank.
+  train::Dataset data;
+  torch::nn::Sequential model{nullptr};
+  std::string identity;
+  train::run_agreed(*group, [&] {
+    check_flag_combinations(flags);
+    if (flags.threads > 0) torch::set_num_threads(flags.threads);
+    torch::manual_seed(flags.seed);
+    data = train::load_dataset(flags.data, flags.seed);
+    check_shardable(flags, data, world_size);
+    model = make_model(flags, data);
+    identity = run_identity(flags, uses_cnn(flags, data), world_size);
+    exit_if_signalled_during_startup();
+  });
+
+  // Rank 0 decides how the run uses OUT; every rank resumes from the checkpoint it chose.
+  std::optional<train::RunLock> lock;
+  fs::path resume_from;
+  train::run_agreed(*group, [&] {
+    if (writes_outputs) resume_from = take_run_directory(flags, identity, lock);
+  });
+  resume_from = train::broadcast_text(*group, resume_from.string());
+  const bool resuming = !resume_from.empty();
+  if (writes_outputs) log_to(out, flags.resume);
   auto log = torchbus::logger();
-  log->info("data: {}", data.description);
   auto optimizer = make_optimizer(flags, model->parameters());
   const auto options = torchbus::TrainerOptions()
                            .max_epochs(flags.epochs)
@@ -514,6 +556,7 @@ int run(const Flags& flags) {
                            .val_every_n_epochs(flags.val_every)
                            .val_every_n_steps(flags.val_every_steps)
                            .seed(flags.seed)
+                           .precision(torchbus::parse_precision(flags.precision))
                            .run_identity(identity);
   torchbus::Trainer trainer(
       model, *optimizer,
@@ -521,10 +564,18 @@ int run(const Flags& flags) {
         return torch::nn::functional::cross_entropy(output, target);
       },
       options);
+  trainer.set_process_group(group);  // the log lines of a world of several name their rank
+  if (resuming) trainer.resume_from(resume_from);
+  log->info("data: {}", data.description);
+  // Each rank reads its shard: batches of --batch-size on every rank.
+  train::ShuffledBatches train_batches(data.train_inputs, data.train_targets, flags.batch_size,
+                                       /*shuffle=*/true, flags.seed,
+                                       {group->rank(), world_size, /*equal_sizes=*/true});
+  train::ShuffledBatches validation_batches(data.validation_inputs, data.validation_targets,
+                                            flags.batch_size, /*shuffle=*/false, flags.seed,
+                                            {group->rank(), world_size, /*equal_sizes=*/false});
   trainer.add(std::make_shared<train::Accuracy>());
-  add_steering_callbacks(trainer, flags,
-                         (data.train_inputs.size(0) + flags.batch_size - 1) / flags.batch_size);
-  const bool resuming = start == Start::Resume;
+  add_steering_callbacks(trainer, flags, train_batches.batches_per_epoch());
   const auto outputs =
       torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
                                                    .run_dir(out.string())
@@ -543,13 +594,13 @@ int run(const Flags& flags) {
     for (const auto& [key, value] : run_options.text_members()) {
       outputs.run_report->add_option(key, value);
     }
+    outputs.run_report->add_option("world_size", std::to_string(world_size));
   }
   if (flags.checkpoints) {
     trainer.add(std::make_shared<torchbus::ModelCheckpoint>(
         torchbus::ModelCheckpointOptions(out / "checkpoints")
             .every_n_steps(flags.checkpoint_every)
-            .monitor(validates(flags) ? "val_loss" : "")
-            .resume(resuming)));
+            .monitor(validates(flags) ? "val_loss" : "")));
   }
 
   std::int64_t samples = 0;
@@ -562,51 +613,78 @@ int run(const Flags& flags) {
     }
   });
   trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& s) {
-    if (s.error) return;  // the failure is reported instead
+    if (s.error || s.rank != 0) return;  // the failure is reported instead; rank 0 speaks for all
     log->info("epoch {} ended: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
               s.epoch + 1, latest_or_nan(s.metrics, "train_loss_epoch"),
               latest_or_nan(s.metrics, "train_accuracy"), latest_or_nan(s.metrics, "val_loss"),
               latest_or_nan(s.metrics, "val_accuracy"));
   });
 
-  train::ShuffledBatches train_batches(data.train_inputs, data.train_targets, flags.batch_size,
-                                       /*shuffle=*/true, flags.seed);
-  train::ShuffledBatches validation_batches(data.validation_inputs, data.validation_targets,
-                                            flags.batch_size, /*shuffle=*/false, flags.seed);
-  log->info("training: {} epochs of {} batches of {}, accumulate {}, {} lr {}", flags.epochs,
-            train_batches.batches_per_epoch(), flags.batch_size, flags.accumulate, flags.optimizer,
-            flags.lr);
-  exit_if_signalled_during_startup();
-  train::write_identity(out, identity);
+  log->info("training: {} epochs of {} batches of {}{}, accumulate {}, {} lr {}, precision {}",
+            flags.epochs, train_batches.batches_per_epoch(), flags.batch_size,
+            world_size > 1 ? fmt::format(" on each of {} ranks", world_size) : std::string(),
+            flags.accumulate, flags.optimizer, flags.lr, flags.precision);
+  train::run_agreed(*group, [&] {
+    exit_if_signalled_during_startup();
+    if (writes_outputs) train::write_identity(out, identity);
+  });
   training_started = true;
   const auto started = std::chrono::steady_clock::now();
-  trainer.fit_sources(train_batches, validates(flags) ? &validation_batches : nullptr);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-
   const auto& state = trainer.state();
-  const auto stop_reason = stop_reason_of(state, flags);
-  const int signal = train::received_stop_signal();
-  const bool interrupted = signal != 0 && stop_reason == train::interrupted_reason(signal);
-  const int exit_code = interrupted ? kExitSignalBase + signal : 0;
-  train::JsonObject summary;
-  summary.add("options", run_options)
-      .add("identity", identity)
-      .add("steps", state.step)
-      .add("epochs", state.epoch)
-      .add("final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch"))
-      .add("final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy"))
-      .add("final_val_loss", latest_or_nan(state.metrics, "val_loss"))
-      .add("final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy"))
-      .add("wall_seconds", seconds)
-      .add("samples_per_second", seconds > 0 ? static_cast<double>(samples) / seconds : 0.0)
-      .add("stop_reason", stop_reason)
-      .add("exit_code", static_cast<std::int64_t>(exit_code))
-      .add("params_sha256", train::parameters_sha256(*model));
-  torchbus::write_file_atomically(out / "summary.json", summary.str() + "\n");
-  log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}, {}; summary in {}", seconds,
-            state.step, latest_or_nan(state.metrics, "val_accuracy"), stop_reason,
-            (out / "summary.json").string());
+  const auto write_summary = [&](const std::string& stop_reason, int exit_code, double seconds) {
+    // Every rank reads as many samples per step (Shard::equal_sizes).
+    const auto all_samples = static_cast<double>(samples) * world_size;
+    train::JsonObject summary;
+    summary.add("options", run_options)
+        .add("identity", identity)
+        .add("world_size", static_cast<std::int64_t>(world_size))
+        .add("steps", state.step)
+        .add("epochs", state.epoch)
+        .add("final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch"))
+        .add("final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy"))
+        .add("final_val_loss", latest_or_nan(state.metrics, "val_loss"))
+        .add("final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy"))
+        .add("wall_seconds", seconds)
+        .add("samples_per_second", seconds > 0 ? all_samples / seconds : 0.0)
+        .add("stop_reason", stop_reason)
+        .add("exit_code", static_cast<std::int64_t>(exit_code))
+        .add("params_sha256", train::parameters_sha256(*model));
+    torchbus::write_file_atomically(out / "summary.json", summary.str() + "\n");
+  };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+
+  double seconds = 0;
+  std::string stop_reason;
+  int exit_code = 0;
+  try {
+    trainer.fit_sources(train_batches, validates(flags) ? &validation_batches : nullptr);
+    seconds = elapsed();
+    stop_reason = stop_reason_of(state, flags);
+    const int signal = train::received_stop_signal();
+    const bool interrupted = signal != 0 && stop_reason == train::interrupted_reason(signal);
+    // A signal that stopped any rank ends every rank with its code: the others stopped because
+    // that rank asked (at the same step).
+    if (const auto signalled = train::first_nonzero(*group, interrupted ? signal : 0)) {
+      stop_reason = train::interrupted_reason(static_cast<int>(signalled->second));
+      exit_code = train::kExitSignalBase + static_cast<int>(signalled->second);
+    }
+  } catch (const torchbus::DistributedError& error) {
+    // Another rank failed or died: rank 0 records how far the run got, if it can.
+    if (writes_outputs && world_size > 1) {
+      try {
+        write_summary(std::string("failed: ") + error.what(), train::kExitFailed, elapsed());
+      } catch (const std::exception& failure) {
+        log->error("cannot write the summary of the failed run: {}", failure.what());
+      }
+    }
+    throw;
+  }
+  if (writes_outputs) write_summary(stop_reason, exit_code, seconds);
+  log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}, {}{}", seconds, state.step,
+            latest_or_nan(state.metrics, "val_accuracy"), stop_reason,
+            writes_outputs ? "; summary in " + (out / "summary.json").string() : std::string());
   return exit_code;
 }
 
@@ -623,22 +701,13 @@ int main(int argc, char** argv) {
     return app.exit(help);
   } catch (const CLI::ParseError& error) {
     std::cerr << "torchbus-train: " << error.what() << "\nRun 'torchbus-train --help' for usage.\n";
-    return kExitUsage;
+    return train::kExitUsage;
   }
   try {
     return run(flags);
-  } catch (const torchbus::ConfigError& error) {
-    if (training_started) {
-      std::cerr << "torchbus-train: run failed: " << error.what() << "\n";
-      return kExitFailed;
-    }
-    std::cerr << "torchbus-train: " << error.what() << "\nRun 'torchbus-train --help' for usage.\n";
-    return kExitUsage;
-  } catch (const torchbus::Error& error) {
-    std::cerr << "torchbus-train: run failed: " << error.what() << "\n";
-    return kExitFailed;
-  } catch (const std::exception& error) {  // LibTorch's errors carry a stack trace: one line
-    std::cerr << "torchbus-train: run failed: " << torchbus::detail::first_line(error) << "\n";
-    return kExitFailed;
+  } catch (...) {
+    const auto error = std::current_exception();
+    std::cerr << train::failure_text(error, training_started);
+    return train::exit_code_of(error, training_started);
   }
 }

@@ -3,14 +3,26 @@
 #include <torch/torch.h>
 
 namespace train {
+namespace {
+
+/// Rows of rank `shard.rank` among `rows`, as Shard describes.
+std::int64_t rows_of_shard(std::int64_t rows, const Shard& shard) {
+  const std::int64_t world = shard.world_size;
+  if (shard.equal_sizes) return (rows + world - 1) / world;
+  return rows / world + (shard.rank < rows % world ? 1 : 0);
+}
+
+}  // namespace
 
 ShuffledBatches::ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size,
-                                 bool shuffle, std::uint64_t seed)
+                                 bool shuffle, std::uint64_t seed, Shard shard)
     : inputs_(std::move(inputs)),
       targets_(std::move(targets)),
       batch_size_(batch_size),
       shuffle_(shuffle),
-      seed_(seed) {}
+      seed_(seed),
+      shard_(shard),
+      shard_rows_(rows_of_shard(inputs_.size(0), shard)) {}
 
 void ShuffledBatches::start_epoch(std::int64_t epoch) {
   offset_ = 0;
@@ -21,10 +33,15 @@ void ShuffledBatches::start_epoch(std::int64_t epoch) {
   } else {
     order_ = at::arange(rows, at::kLong);
   }
+  if (shard_.world_size > 1) {
+    const auto positions = at::arange(shard_.rank, shard_.rank + shard_rows_ * shard_.world_size,
+                                      shard_.world_size, at::kLong);
+    order_ = order_.index_select(0, positions.remainder(rows));
+  }
 }
 
 bool ShuffledBatches::next(torchbus::Batch& batch) {
-  const auto rows = inputs_.size(0);
+  const auto rows = order_.size(0);
   if (offset_ >= rows) return false;
   const auto indices = order_.slice(0, offset_, std::min(rows, offset_ + batch_size_));
   batch.data = inputs_.index_select(0, indices);
@@ -41,7 +58,7 @@ std::int64_t ShuffledBatches::skip(std::int64_t count) {
 }
 
 std::int64_t ShuffledBatches::batches_per_epoch() const noexcept {
-  return (inputs_.size(0) + batch_size_ - 1) / batch_size_;
+  return (shard_rows_ + batch_size_ - 1) / batch_size_;
 }
 
 }  // namespace train
