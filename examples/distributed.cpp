@@ -3,7 +3,13 @@
 //   mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 ./example_distributed
 //   torchrun --nproc_per_node 2 ./example_distributed   (or set RANK, WORLD_SIZE, MASTER_*
 //   yourself)
-// Optional argument: the number of optimizer steps (default 60).
+// Arguments: [steps] [--model mlp|cnn] [--warmup W] [--log-every N]
+//   steps        optimizer steps to time (default 60)
+//   --model      mlp: 784-256-10 (default); cnn: the MNIST CNN (two 3x3 convolutions with 32 and
+//                64 channels, max-pool 2, 9216-128-10, no dropout) on inputs of MNIST's shape
+//   --warmup W   run W more steps first and leave them out of samples_per_second (default 0)
+//   --log-every  print the loss every N steps (default 20; 0: never, as benchmarks/run does)
+// Rank 0 prints samples_per_second: 64 samples per rank and step over the timed steps.
 
 #include <torch/torch.h>
 #include <torchbus/torchbus.hpp>
@@ -11,14 +17,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
-/// 4096 samples of a learnable 784-feature, 10-class problem, the same on every rank.
+/// 4096 samples of a learnable 10-class problem (the same on every rank): 784 features for the
+/// MLP, 1x28x28 images for the CNN.
 class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
  public:
-  Synthetic() {
+  explicit Synthetic(bool images) {
     torch::manual_seed(0);
-    inputs_ = torch::randn({4096, 784});
-    targets_ = inputs_.narrow(1, 0, 10).argmax(1);
+    inputs_ = images ? torch::randn({4096, 1, 28, 28}) : torch::randn({4096, 784});
+    targets_ = inputs_.flatten(1).narrow(1, 0, 10).argmax(1);
   }
   torch::data::Example<> get(std::size_t i) override {
     return {inputs_[static_cast<std::int64_t>(i)], targets_[static_cast<std::int64_t>(i)]};
@@ -29,47 +38,132 @@ class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
   at::Tensor inputs_, targets_;
 };
 
-/// Trains the MLP for `steps` optimizer steps on this process's rank of the launcher's run.
-void train(std::int64_t steps) {
+struct Options {
+  std::int64_t steps = 60;
+  std::int64_t warmup = 0;
+  std::int64_t log_every = 20;
+  bool cnn = false;
+};
+
+/// Trains the model for warmup + steps optimizer steps on this process's rank of the launcher's
+/// run, and has rank 0 print the samples per second of the last `steps`.
+void train(const Options& options) {
+  namespace nn = torch::nn;
   auto group = torchbus::ProcessGroup::from_environment();  // a world of one without a launcher
-  torch::nn::Sequential model(torch::nn::Linear(784, 256), torch::nn::ReLU(),
-                              torch::nn::Linear(256, 10));
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  nn::Sequential model;
+  if (options.cnn) {
+    model = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3)), nn::ReLU(),
+                           nn::Conv2d(nn::Conv2dOptions(32, 64, 3)), nn::ReLU(), nn::MaxPool2d(2),
+                           nn::Flatten(), nn::Linear(9216, 128), nn::ReLU(), nn::Linear(128, 10));
+  } else {
+    model = nn::Sequential(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
+  }
+  torch::optim::SGD optimizer(model->parameters(),
+                              torch::optim::SGDOptions(options.cnn ? 0.01 : 0.05).momentum(0.9));
+  const std::int64_t last_step = options.warmup + options.steps;
   torchbus::Trainer trainer(
       model, optimizer,
       [](const at::Tensor& output, const at::Tensor& target) {
         return torch::nn::functional::cross_entropy(output, target);
       },
-      torchbus::TrainerOptions().max_epochs(-1).max_steps(steps).seed(1));
+      torchbus::TrainerOptions().max_epochs(-1).max_steps(last_step).seed(1));
   trainer.set_process_group(group);
 
   trainer.on(torchbus::Event::ProcessGroupStart, [](torchbus::State& state) {
     if (state.rank == 0) std::cout << "process group up: " << state.world_size << " rank(s)\n";
   });
   // Every rank's loss is the average over all ranks (the trainer reduces it with the gradients).
-  trainer.on(torchbus::Event::StepEnd, torchbus::every(20), [](torchbus::State& state) {
-    const auto losses = torchbus::gather(state, state.tensors.get("loss"));  // one per rank
-    if (state.rank == 0)
-      std::cout << "step " << state.step << " loss " << losses[0].item<double>() << "\n";
+  if (options.log_every > 0) {
+    trainer.on(
+        torchbus::Event::StepEnd, torchbus::every(options.log_every), [](torchbus::State& state) {
+          const auto losses = torchbus::gather(state, state.tensors.get("loss"));  // per rank
+          if (state.rank == 0)
+            std::cout << "step " << state.step << " loss " << losses[0].item<double>() << "\n";
+        });
+  }
+  // The clock: from the start of fit (or the end of the warm-up's last step) to the end of the
+  // last step. Every rank waits for the others in each step's all-reduce, so rank 0's clock
+  // measures the world.
+  auto start = std::chrono::steady_clock::now();
+  auto end = start;
+  trainer.on(torchbus::Event::StepEnd, [&](torchbus::State& state) {
+    if (state.step == options.warmup) start = std::chrono::steady_clock::now();
+    if (state.step == last_step) end = std::chrono::steady_clock::now();
   });
 
   // Each rank reads its own shard; 64 samples per rank and step.
-  auto loader = torch::data::make_data_loader(Synthetic().map(torch::data::transforms::Stack<>()),
-                                              torchbus::DistributedSampler(4096, group.get()),
-                                              torch::data::DataLoaderOptions(64));
-  const auto start = std::chrono::steady_clock::now();
+  auto loader = torch::data::make_data_loader(
+      Synthetic(options.cnn).map(torch::data::transforms::Stack<>()),
+      torchbus::DistributedSampler(4096, group.get()), torch::data::DataLoaderOptions(64));
+  start = std::chrono::steady_clock::now();
   trainer.fit(*loader);
-  const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+  const std::chrono::duration<double> seconds = end - start;
   if (group->rank() == 0) {
-    std::cout << "samples_per_second=" << 64.0 * group->world_size() * steps / seconds.count()
+    std::cout << "samples_per_second="
+              << 64.0 * group->world_size() * static_cast<double>(options.steps) / seconds.count()
               << "\ndistributed example finished: " << trainer.state().step << " steps on "
               << group->world_size() << " rank(s)\n";
   }
 }
 
+constexpr const char* kUsage =
+    "arguments: [steps] [--model mlp|cnn] [--warmup W] [--log-every N] (see the top of "
+    "examples/distributed.cpp)";
+
+/// Reads the arguments above; throws std::invalid_argument with a message on bad ones.
+Options parse(int argc, char** argv) {
+  Options options;
+  const auto count = [](const std::string& name, const std::string& text, std::int64_t min) {
+    std::size_t used = 0;
+    std::int64_t value = -1;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || value < min)
+      throw std::invalid_argument(name + " needs an integer >= " + std::to_string(min) + ", got '" +
+                                  text + "'");
+    return value;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--model") {
+      const std::string model = value();
+      if (model != "mlp" && model != "cnn")
+        throw std::invalid_argument("--model is mlp or cnn, got '" + model + "'");
+      options.cnn = model == "cnn";
+    } else if (arg == "--warmup") {
+      options.warmup = count(arg, value(), 0);
+    } else if (arg == "--log-every") {
+      options.log_every = count(arg, value(), 0);
+    } else if (!arg.empty() && arg[0] != '-') {
+      options.steps = count("steps", arg, 1);
+    } else {
+      throw std::invalid_argument("unknown option '" + arg + "' (" + kUsage + ")");
+    }
+  }
+  return options;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << kUsage << "\n";
+    return 0;
+  }
+  Options options;
   try {
-    train(argc > 1 ? std::atoll(argv[1]) : 60);
+    options = parse(argc, argv);
+  } catch (const std::invalid_argument& error) {
+    std::cerr << "example_distributed: " << error.what() << "\n";
+    return 2;
+  }
+  try {
+    train(options);
     return 0;
   } catch (const std::exception& error) {
     // Any rank's failure ends here: a rank that died (`rank 0: all_reduce failed after 0.1 s: rank

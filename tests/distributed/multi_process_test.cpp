@@ -243,11 +243,13 @@ BOOST_AUTO_TEST_CASE(a_failing_rank_makes_the_other_exit_with_a_clear_error) {
     TempDir out("distributed");
     const auto launch =
         run_torchrun_style(kWorker,
-                           {"out=" + out.path.string(), "timeout_ms=10000",
+                           {"out=" + out.path.string(), "timeout_ms=30000",
                             "throw_rank=" + std::to_string(failing), "throw_step=2"},
                            2, free_port());
     BOOST_TEST(launch.exit_codes == (std::vector<int>{1, 1}));
-    BOOST_TEST(launch.seconds < 10.0);  // a lost peer is noticed, not waited out
+    // A lost peer is noticed, not waited out: well under the timeout, start-up included (a
+    // sanitizer build on a loaded machine takes ~10 s to get there).
+    BOOST_TEST(launch.seconds < 20.0);
     const auto other = read_text(out.path / ("rank" + std::to_string(1 - failing) + ".error"));
     BOOST_TEST_INFO("other rank's error: " << other);
     BOOST_TEST(other.find("rank " + std::to_string(1 - failing) + ": ") == 0);
