@@ -11,7 +11,16 @@
 //                loss and lr; no histograms), writing into a temporary directory
 //   python   (d) the hand loop in Python PyTorch, run by benchmarks/python_loop.py --serve in a
 //                child process that this program drives, so that it is interleaved too
-// Models: mlp32 = 32-64-10 with batch 32, mlp784 = 784-256-10 with batch 64; SGD lr 0.01.
+// Models: mlp32 = 32-64-10 with batch 32, mlp784 = 784-256-10 with batch 64; SGD lr 0.01; 64
+// batches per epoch.
+//   cnn = the MNIST CNN without dropout: Conv2d(1,32,3) ReLU Conv2d(32,64,3) ReLU MaxPool2d(2)
+//   flatten Linear(9216,128) ReLU Linear(128,10), random inputs of MNIST's shape (1x28x28), batch
+//   128, Adam lr 1e-3, --steps-cnn batches per round. Its variants come in pairs, float32 and
+//   bf16-mixed (autocast to bfloat16 around forward and loss, as torch.autocast("cpu",
+//   dtype=torch.bfloat16)): typical and typical_bf16 (the Trainer of (c) with
+//   TrainerOptions::precision(Precision::BF16Mixed)), python and python_bf16 (Python's hand loop
+//   without and with torch.autocast); with --cnn-variants also hand/hand_bf16 (the hand loop (a)
+//   in an autocast scope) and none/none_bf16.
 // The `torchbus` spdlog logger (SimpleLogger's lines) writes to a file in the temporary directory.
 //
 // Each round runs every variant once for the same number of steps (the order rotates between
@@ -20,9 +29,13 @@
 // thread the clock is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID; Python: time.thread_time),
 // which ignores time the process spends descheduled by other load on the machine (and the CPU time
 // of TensorBoardLogger's background writer thread); with more threads, or with --clock wall, it is
-// wall-clock time. Both are printed in the table.
+// wall-clock time. Both are printed in the table, with the minor page faults per step (the CNN's
+// large tensors pay them when glibc's malloc returns their memory to the OS after each step; the
+// Python process inherits this process's environment, GLIBC_TUNABLES included, so both run under
+// the same allocator settings).
 // Output: a table, then name=value lines (see docs/performance.md).
 
+#include <ATen/autocast_mode.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -31,9 +44,11 @@
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/precision.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,6 +82,7 @@ using torchbus::State;
 constexpr std::uint64_t kSeed = 1234;
 constexpr int kBatchesPerEpoch = 64;
 constexpr double kLearningRate = 0.01;
+constexpr double kCnnLearningRate = 1e-3;  // Adam
 
 // ---- options ------------------------------------------------------------------------------------
 
@@ -76,14 +92,23 @@ struct Options {
   // The targets are on mlp32, whose rounds are short: it gets more of them.
   int rounds_mlp32 = 51;
   int rounds_mlp784 = 25;
+  // A CNN step takes ~70-300 ms: few rounds of few steps.
+  int rounds_cnn = 9;
   int warmup_rounds = 1;
+  // The CNN's heap (glibc's main arena) reaches its size only after every variant ran twice
+  // (with one warm-up round the first variant of the first measured round took up to 2x longer).
+  int warmup_cnn = 2;
   int epochs_mlp32 = 8;   // 512 steps per variant per round
   int epochs_mlp784 = 2;  // 128 steps
+  int steps_cnn = 4;      // batches (= steps) per variant per round
   std::string clock;      // "cpu" or "wall"; empty: cpu with 1 thread, else wall
-  std::vector<std::string> models = {"mlp32", "mlp784"};
+  std::vector<std::string> models = {"mlp32", "mlp784", "cnn"};
   std::vector<std::string> variants = {"hand", "none", "typical", "logging", "python"};
-  std::string python_script;  // empty: no python variant
-  bool zero_grad = false;     // Trainer variants zero gradients as the hand loop does
+  // The CNN's variants (each in float32 and bf16-mixed): hand, none, typical, python.
+  std::vector<std::string> cnn_variants = {"typical", "python"};
+  bool channels_last = false;  // the CNN's parameters and inputs in channels_last memory format
+  std::string python_script;   // empty: no python variant
+  bool zero_grad = false;      // Trainer variants zero gradients as the hand loop does
   std::string python_exe = "/usr/bin/python3";
   std::string log_dir;  // empty: a new directory in the temp directory, removed at the end
 };
@@ -93,18 +118,28 @@ struct Options {
       << "usage: " << program << " [options]\n"
       << "  --threads N        torch::set_num_threads and OpenBLAS threads (default 1)\n"
       << "  --blas-threads N   OpenBLAS threads when they should differ from --threads\n"
-      << "  --rounds N         measured rounds of both models\n"
+      << "  --rounds N         measured rounds of every model\n"
       << "  --rounds-mlp32 N   (default 51)\n"
       << "  --rounds-mlp784 N  (default 25)\n"
-      << "  --warmup N         warm-up rounds, not measured (default 1)\n"
+      << "  --rounds-cnn N     (default 9)\n"
+      << "  --warmup N         warm-up rounds of every model, not measured (default 1, CNN 2)\n"
+      << "  --warmup-cnn N     warm-up rounds of the CNN (default 2)\n"
       << "  --epochs-mlp32 N   epochs of 64 batches per variant per round (default 8)\n"
       << "  --epochs-mlp784 N  (default 2)\n"
-      << "  --quick            --rounds-mlp32 21 --rounds-mlp784 11 --epochs-mlp32 4\n"
-      << "                     --epochs-mlp784 1\n"
+      << "  --steps-cnn N      CNN batches (steps) per variant per round (default 4)\n"
+      << "  --quick            --rounds-mlp32 21 --rounds-mlp784 11 --rounds-cnn 5\n"
+      << "                     --epochs-mlp32 4 --epochs-mlp784 1 --steps-cnn 3\n"
       << "  --clock cpu|wall   what is timed (default: cpu with 1 thread, wall otherwise)\n"
-      << "  --models LIST      comma-separated subset of mlp32,mlp784\n"
-      << "  --variants LIST    subset of hand,none,typical,logging,python (e.g. for callgrind)\n"
-      << "  --python SCRIPT    also run variant (d): SCRIPT is benchmarks/python_loop.py\n"
+      << "  --models LIST      comma-separated subset of mlp32,mlp784,cnn (default: all three)\n"
+      << "  --no-cnn           leave the CNN out (same as --models mlp32,mlp784)\n"
+      << "  --variants LIST    MLP variants: subset of hand,none,typical,logging,python (e.g. for\n"
+      << "                     callgrind)\n"
+      << "  --cnn-variants LIST  CNN variants, each in float32 and bf16-mixed: subset of\n"
+      << "                     hand,none,typical,python (default typical,python)\n"
+      << "  --channels-last    the CNN's 4-d parameters and inputs in channels_last memory format\n"
+      << "                     (C++ and Python; a measurement, not part of benchmarks/run)\n"
+      << "  --python SCRIPT    also run the Python variants ((d), and the CNN's python and\n"
+      << "                     python_bf16): SCRIPT is benchmarks/python_loop.py\n"
       << "  --python-exe EXE   interpreter with torch (default /usr/bin/python3)\n"
       << "  --zero-grad        the Trainer zeroes gradients as the hand loop does\n"
       << "                     (set_grads_to_none(false)) instead of releasing them\n"
@@ -148,13 +183,20 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--blas-threads") {
       options.blas_threads = std::max(1, to_int(value(), arg));
     } else if (arg == "--rounds") {
-      options.rounds_mlp32 = options.rounds_mlp784 = std::max(1, to_int(value(), arg));
+      options.rounds_mlp32 = options.rounds_mlp784 = options.rounds_cnn =
+          std::max(1, to_int(value(), arg));
     } else if (arg == "--rounds-mlp32") {
       options.rounds_mlp32 = std::max(1, to_int(value(), arg));
     } else if (arg == "--rounds-mlp784") {
       options.rounds_mlp784 = std::max(1, to_int(value(), arg));
+    } else if (arg == "--rounds-cnn") {
+      options.rounds_cnn = std::max(1, to_int(value(), arg));
+    } else if (arg == "--steps-cnn") {
+      options.steps_cnn = std::max(1, to_int(value(), arg));
     } else if (arg == "--warmup") {
-      options.warmup_rounds = to_int(value(), arg);
+      options.warmup_rounds = options.warmup_cnn = to_int(value(), arg);
+    } else if (arg == "--warmup-cnn") {
+      options.warmup_cnn = to_int(value(), arg);
     } else if (arg == "--epochs-mlp32") {
       options.epochs_mlp32 = std::max(1, to_int(value(), arg));
     } else if (arg == "--epochs-mlp784") {
@@ -162,8 +204,10 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--quick") {
       options.rounds_mlp32 = 21;
       options.rounds_mlp784 = 11;
+      options.rounds_cnn = 5;
       options.epochs_mlp32 = 4;
       options.epochs_mlp784 = 1;
+      options.steps_cnn = 3;
     } else if (arg == "--clock") {
       options.clock = value();
       if (options.clock != "cpu" && options.clock != "wall") {
@@ -173,11 +217,26 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--models") {
       options.models = split(value());
       for (const auto& model : options.models) {
-        if (model != "mlp32" && model != "mlp784") {
-          std::cerr << "loop_bench: unknown model '" << model << "'; expected mlp32 or mlp784\n";
+        if (model != "mlp32" && model != "mlp784" && model != "cnn") {
+          std::cerr << "loop_bench: unknown model '" << model
+                    << "'; expected mlp32, mlp784 or cnn\n";
           std::exit(2);
         }
       }
+    } else if (arg == "--no-cnn") {
+      options.models.erase(std::remove(options.models.begin(), options.models.end(), "cnn"),
+                           options.models.end());
+    } else if (arg == "--cnn-variants") {
+      options.cnn_variants = split(value());
+      for (const auto& variant : options.cnn_variants) {
+        if (variant != "hand" && variant != "none" && variant != "typical" && variant != "python") {
+          std::cerr << "loop_bench: unknown CNN variant '" << variant
+                    << "'; expected hand, none, typical or python\n";
+          std::exit(2);
+        }
+      }
+    } else if (arg == "--channels-last") {
+      options.channels_last = true;
     } else if (arg == "--variants") {
       options.variants = split(value());
       for (const auto& variant : options.variants) {
@@ -216,6 +275,13 @@ double thread_cpu_seconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
+/// Minor page faults of the calling thread so far.
+std::int64_t thread_minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return static_cast<std::int64_t>(usage.ru_minflt);
+}
+
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -225,6 +291,7 @@ struct Timing {
   double wall = 0.0;  ///< seconds
   double cpu = 0.0;   ///< seconds of the running thread's CPU time
   std::int64_t steps = 0;
+  std::int64_t faults = 0;  ///< minor page faults of the running thread
 };
 
 // ---- BLAS ---------------------------------------------------------------------------------------
@@ -249,9 +316,12 @@ std::string configure_blas(int threads) {
 
 struct ModelSpec {
   std::string name;
-  std::int64_t inputs, hidden, classes, batch;
-  int epochs;  // per variant per round
-  int rounds;  // measured
+  std::int64_t inputs, hidden, classes, batch;  // the CNN's inputs are 1x28x28 (inputs = 784)
+  int epochs;                                   // per variant per round
+  int rounds;                                   // measured
+  int batches = kBatchesPerEpoch;               // per epoch
+  bool cnn = false;
+  bool channels_last = false;  // CNN only: parameters and inputs in channels_last
 };
 
 /// The model, written as the LibTorch tutorials write a module and as python_loop.py's `Mlp`: two
@@ -269,22 +339,95 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-Mlp make_model(const ModelSpec& spec) {
+/// The MNIST CNN (PyTorch's MNIST example without dropout), written as python_loop.py's `Cnn`.
+struct CnnImpl : torch::nn::Module {
+  explicit CnnImpl(const ModelSpec& spec)
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)))),
+        fc1(register_module("fc1", torch::nn::Linear(9216, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, spec.classes))) {}
+  at::Tensor forward(const at::Tensor& input) {
+    auto x = torch::relu(conv1->forward(input));
+    x = torch::relu(conv2->forward(x));
+    x = torch::flatten(torch::max_pool2d(x, 2), 1);
+    return fc2->forward(torch::relu(fc1->forward(x)));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::Conv2d conv2;
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Cnn);
+
+/// What a model trains with: the MLPs with SGD, the CNN with Adam.
+struct MlpSetup {
+  using Net = Mlp;
+  using Optimizer = torch::optim::SGD;
+  static torch::optim::SGDOptions options() { return torch::optim::SGDOptions(kLearningRate); }
+};
+struct CnnSetup {
+  using Net = Cnn;
+  using Optimizer = torch::optim::Adam;
+  static torch::optim::AdamOptions options() { return torch::optim::AdamOptions(kCnnLearningRate); }
+};
+
+template <typename Net>
+Net make_model(const ModelSpec& spec) {
   torch::manual_seed(kSeed);  // every variant starts from the same weights
-  return Mlp(spec);
+  Net net(spec);
+  if (spec.channels_last) {
+    // LibTorch 1.13's Module::to has no memory-format overload: convert each 4-d parameter as
+    // Python's `Module.to(memory_format=torch.channels_last)` does, with Tensor::to, which copies
+    // into channels_last strides unless the tensor already suggests that format. (`contiguous`
+    // would not do: conv1's weight, 32x1x3x3, counts as channels_last-contiguous already, keeps
+    // its strides, and conv1 then runs in the contiguous format: ~35 % slower in bf16.)
+    for (auto& parameter : net->parameters()) {
+      if (parameter.dim() == 4) {
+        parameter.set_data(parameter.to(parameter.options(), /*non_blocking=*/false,
+                                        /*copy=*/false, at::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
+  return net;
 }
 
 std::vector<Batch> make_batches(const ModelSpec& spec) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(kSeed);
   std::vector<Batch> batches;
-  batches.reserve(kBatchesPerEpoch);
-  for (int i = 0; i < kBatchesPerEpoch; ++i) {
-    auto data = at::randn({spec.batch, spec.inputs}, generator);
+  batches.reserve(static_cast<std::size_t>(spec.batches));
+  for (int i = 0; i < spec.batches; ++i) {
+    auto data = spec.cnn ? at::randn({spec.batch, 1, 28, 28}, generator)
+                         : at::randn({spec.batch, spec.inputs}, generator);
+    if (spec.channels_last) data = data.contiguous(at::MemoryFormat::ChannelsLast);
     auto target = at::randint(0, spec.classes, {spec.batch}, generator, at::kLong);
     batches.emplace_back(std::move(data), std::move(target));
   }
   return batches;
 }
+
+/// CPU autocast to bfloat16 for the scope, as `with torch.autocast("cpu", dtype=torch.bfloat16)`
+/// (what a hand-written LibTorch loop does; the Trainer has its own).
+class CpuAutocastBF16 {
+ public:
+  CpuAutocastBF16()
+      : was_enabled_(at::autocast::is_cpu_enabled()),
+        previous_dtype_(at::autocast::get_autocast_cpu_dtype()) {
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocastBF16() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  }
+  CpuAutocastBF16(const CpuAutocastBF16&) = delete;
+  CpuAutocastBF16& operator=(const CpuAutocastBF16&) = delete;
+
+ private:
+  bool was_enabled_;
+  at::ScalarType previous_dtype_;
+};
 
 at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {
   return torch::nn::functional::cross_entropy(output, target);
@@ -304,14 +447,16 @@ class Variant {
   virtual std::string subscribers_problem() const { return {}; }
 };
 
-/// (a) The hand-written loop.
+/// (a) The hand-written loop; with bf16, forward and loss in a CPU autocast scope.
+template <typename Setup>
 class HandLoop final : public Variant {
  public:
-  HandLoop(const ModelSpec& spec, std::vector<Batch>& batches)
-      : model_(make_model(spec)),
-        optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
+  HandLoop(const ModelSpec& spec, std::vector<Batch>& batches, bool bf16 = false)
+      : model_(make_model<typename Setup::Net>(spec)),
+        optimizer_(model_->parameters(), Setup::options()),
         batches_(batches),
-        epochs_(spec.epochs) {}
+        epochs_(spec.epochs),
+        bf16_(bf16) {}
 
   std::int64_t run() override {
     model_->train();
@@ -319,8 +464,14 @@ class HandLoop final : public Variant {
     for (int epoch = 0; epoch < epochs_; ++epoch) {
       for (auto& batch : batches_) {
         optimizer_.zero_grad();
-        auto output = model_->forward(batch.data);
-        auto loss = cross_entropy(output, batch.target);
+        at::Tensor loss;
+        if (bf16_) {
+          const CpuAutocastBF16 autocast;
+          loss = cross_entropy(model_->forward(batch.data), batch.target);
+        } else {
+          auto output = model_->forward(batch.data);
+          loss = cross_entropy(output, batch.target);
+        }
         loss.backward();
         optimizer_.step();
         ++steps;
@@ -331,10 +482,11 @@ class HandLoop final : public Variant {
   std::vector<at::Tensor> parameters() override { return model_->parameters(); }
 
  private:
-  Mlp model_;
-  torch::optim::SGD optimizer_;
+  typename Setup::Net model_;
+  typename Setup::Optimizer optimizer_;
   std::vector<Batch>& batches_;
   int epochs_;
+  bool bf16_;
 };
 
 /// The class callback of the typical set: trivial work on two hooks.
@@ -366,20 +518,24 @@ std::int64_t count_lines(const fs::path& path) {
 
 /// (b), (c), (e): the Trainer with a given set of subscribers. One Trainer per variant, reused
 /// by every round (fit resets the counters and the metric history).
+template <typename Setup>
 class TrainerLoop final : public Variant {
  public:
   /// The logging variant writes into `log_dir`/<model>-logging.csv and `log_dir`/tb-<model>/.
   TrainerLoop(const ModelSpec& spec, std::vector<Batch>& batches, Subscribers subscribers,
-              const fs::path& log_dir, bool zero_grad)
-      : model_(make_model(spec)),
-        optimizer_(model_->parameters(), torch::optim::SGDOptions(kLearningRate)),
+              const fs::path& log_dir, bool zero_grad,
+              torchbus::Precision precision = torchbus::Precision::Float32)
+      : model_(make_model<typename Setup::Net>(spec)),
+        optimizer_(model_->parameters(), Setup::options()),
         batches_(batches),
         trainer_(model_, optimizer_, cross_entropy,
                  torchbus::TrainerOptions()
                      .max_epochs(spec.epochs)
                      .set_grads_to_none(!zero_grad)
+                     .precision(precision)
                      .use_registered_subscriptions(false)),
-        epochs_(spec.epochs) {
+        epochs_(spec.epochs),
+        batches_per_epoch_(spec.batches) {
     if (subscribers == Subscribers::None) return;
     // A lambda on StepEnd.
     trainer_.on(Event::StepEnd, [this](State& state) { step_sum_ += state.step; });
@@ -423,7 +579,7 @@ class TrainerLoop final : public Variant {
     if (terminate_on_nan_->triggered()) return terminate_on_nan_->reason();
     if (!csv_path_.empty()) {
       // Header, one row per step, one per epoch.
-      const std::int64_t expected = 1 + epochs_ * (kBatchesPerEpoch + 1);
+      const std::int64_t expected = 1 + epochs_ * (batches_per_epoch_ + 1);
       const std::int64_t lines = count_lines(csv_path_);
       if (lines != expected) {
         return "CsvLogger wrote " + std::to_string(lines) + " lines to " + csv_path_.string() +
@@ -432,7 +588,7 @@ class TrainerLoop final : public Variant {
       std::error_code error;
       const auto size = fs::file_size(tensorboard_->file(), error);
       // Every step's event (two scalars) takes ~66 bytes.
-      const auto minimum = static_cast<std::uintmax_t>(60 * epochs_ * kBatchesPerEpoch);
+      const auto minimum = static_cast<std::uintmax_t>(60 * epochs_ * batches_per_epoch_);
       if (error || size < minimum) {
         return "TensorBoardLogger's event file " + tensorboard_->file() + " has " +
                (error ? error.message() : std::to_string(size) + " bytes");
@@ -442,11 +598,12 @@ class TrainerLoop final : public Variant {
   }
 
  private:
-  Mlp model_;
-  torch::optim::SGD optimizer_;
+  typename Setup::Net model_;
+  typename Setup::Optimizer optimizer_;
   std::vector<Batch>& batches_;
   torchbus::Trainer trainer_;
   int epochs_;
+  int batches_per_epoch_;
   std::shared_ptr<CountingCallback> callback_;
   std::shared_ptr<torchbus::TerminateOnNaN> terminate_on_nan_;
   std::shared_ptr<torchbus::TensorBoardLogger> tensorboard_;
@@ -460,7 +617,20 @@ class TrainerLoop final : public Variant {
 /// benchmarks/python_loop.py --serve in a child process, driven over two pipes.
 class PythonServer {
  public:
-  PythonServer(const std::string& exe, const std::string& script, int threads, int blas_threads) {
+  /// `cnn_batches`: the CNN's batches per epoch; `channels_last`: the CNN in channels_last.
+  PythonServer(const std::string& exe, const std::string& script, int threads, int blas_threads,
+               int cnn_batches, bool channels_last) {
+    // The child's command line, built before fork so that the child only execs.
+    const std::string threads_arg = std::to_string(threads);
+    const std::string blas_threads_arg = std::to_string(blas_threads);
+    const std::string cnn_batches_arg = std::to_string(cnn_batches);
+    std::vector<const char*> args = {exe.c_str(), script.c_str(), "--serve"};
+    for (const auto* arg : {"--threads", threads_arg.c_str(), "--blas-threads",
+                            blas_threads_arg.c_str(), "--steps-cnn", cnn_batches_arg.c_str()}) {
+      args.push_back(arg);
+    }
+    if (channels_last) args.push_back("--channels-last");
+    args.push_back(nullptr);
     int to_child[2];
     int from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
@@ -473,10 +643,8 @@ class PythonServer {
       close(to_child[1]);
       close(from_child[0]);
       close(from_child[1]);
-      const std::string threads_arg = std::to_string(threads);
-      const std::string blas_threads_arg = std::to_string(blas_threads);
-      execl(exe.c_str(), exe.c_str(), script.c_str(), "--serve", "--threads", threads_arg.c_str(),
-            "--blas-threads", blas_threads_arg.c_str(), static_cast<char*>(nullptr));
+      // execv passes this process's environment (GLIBC_TUNABLES, OPENBLAS_CORETYPE, ...) on.
+      execv(exe.c_str(), const_cast<char* const*>(args.data()));
       std::perror(("loop_bench: cannot run " + exe).c_str());
       _exit(127);
     }
@@ -484,7 +652,13 @@ class PythonServer {
     close(from_child[1]);
     in_ = fdopen(to_child[1], "w");
     out_ = fdopen(from_child[0], "r");
-    if (read_line() != "ready") throw std::runtime_error("python_loop.py did not start");
+    // "ready GLIBC_TUNABLES=<value or ->": the allocator settings the Python process runs under.
+    std::istringstream ready(read_line());
+    std::string word;
+    if (!(ready >> word) || word != "ready") {
+      throw std::runtime_error("python_loop.py did not start");
+    }
+    ready >> malloc_settings_;
   }
   ~PythonServer() {
     if (in_ != nullptr) {
@@ -497,17 +671,20 @@ class PythonServer {
   PythonServer(const PythonServer&) = delete;
   PythonServer& operator=(const PythonServer&) = delete;
 
-  /// Runs `epochs` epochs of `model` in Python, timed by Python.
+  /// Runs `epochs` epochs of `model` (mlp32, mlp784, cnn, cnn_bf16) in Python, timed by Python.
   Timing run(const std::string& model, int epochs) {
     std::fprintf(in_, "run %s %d\n", model.c_str(), epochs);
     std::fflush(in_);
     std::istringstream reply(read_line());
     Timing timing;
-    if (!(reply >> timing.wall >> timing.cpu >> timing.steps) || timing.steps <= 0) {
+    if (!(reply >> timing.wall >> timing.cpu >> timing.steps >> timing.faults) ||
+        timing.steps <= 0) {
       throw std::runtime_error("bad reply from python_loop.py: '" + reply.str() + "'");
     }
     return timing;
   }
+  /// "GLIBC_TUNABLES=<value>" as the Python process saw it ("-" when unset).
+  const std::string& malloc_settings() const noexcept { return malloc_settings_; }
 
  private:
   std::string read_line() {
@@ -521,6 +698,7 @@ class PythonServer {
   pid_t pid_ = -1;
   FILE* in_ = nullptr;
   FILE* out_ = nullptr;
+  std::string malloc_settings_;
 };
 
 // ---- statistics and report
@@ -534,13 +712,25 @@ double median(std::vector<double> values) {
 }
 
 const std::vector<std::string> kVariants = {"hand", "none", "typical", "logging", "python"};
+// The CNN's, in table order; each float32 variant has a bf16-mixed twin.
+const std::vector<std::string> kCnnVariants = {"hand",    "hand_bf16",    "none",   "none_bf16",
+                                               "typical", "typical_bf16", "python", "python_bf16"};
+const std::string kBF16Suffix = "_bf16";
+
+bool is_bf16(const std::string& variant) {
+  return variant.size() > kBF16Suffix.size() &&
+         variant.compare(variant.size() - kBF16Suffix.size(), kBF16Suffix.size(), kBF16Suffix) == 0;
+}
 
 std::string describe(const std::string& variant) {
-  if (variant == "hand") return "(a) hand-written LibTorch loop";
-  if (variant == "none") return "(b) Trainer, no subscribers";
-  if (variant == "typical") return "(c) Trainer + typical built-ins";
-  if (variant == "logging") return "(e) (c) + CSV + TensorBoard every step";
-  return "(d) Python PyTorch hand loop";
+  const std::string base =
+      is_bf16(variant) ? variant.substr(0, variant.size() - kBF16Suffix.size()) : variant;
+  const std::string suffix = is_bf16(variant) ? ", bf16" : "";
+  if (base == "hand") return "(a) hand-written LibTorch loop" + suffix;
+  if (base == "none") return "(b) Trainer, no subscribers" + suffix;
+  if (base == "typical") return "(c) Trainer + typical built-ins" + suffix;
+  if (base == "logging") return "(e) (c) + CSV + TensorBoard every step";
+  return "(d) Python PyTorch hand loop" + suffix;
 }
 
 bool same_weights(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
@@ -614,18 +804,32 @@ int run(const Options& options) {
       specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32, options.rounds_mlp32});
     if (model == "mlp784")
       specs.push_back({"mlp784", 784, 256, 10, 64, options.epochs_mlp784, options.rounds_mlp784});
+    if (model == "cnn") {
+      ModelSpec cnn{"cnn", 784, 9216, 10, 128, 1, options.rounds_cnn};
+      cnn.batches = options.steps_cnn;
+      cnn.cnn = true;
+      cnn.channels_last = options.channels_last;
+      specs.push_back(cnn);
+    }
   }
   const LogDirectory log_dir(options.log_dir);
 
-  std::unique_ptr<PythonServer> python;
-  const auto wanted = [&](const std::string& variant) {
-    return std::find(options.variants.begin(), options.variants.end(), variant) !=
-           options.variants.end();
+  const auto listed = [](const std::vector<std::string>& list, const std::string& item) {
+    return std::find(list.begin(), list.end(), item) != list.end();
   };
-  if (!options.python_script.empty() && wanted("python")) {
+  const auto wanted = [&](const std::string& variant) { return listed(options.variants, variant); };
+  const auto cnn_wanted = [&](const std::string& variant) {
+    return listed(options.cnn_variants, variant);
+  };
+  const bool has_cnn = listed(options.models, "cnn");
+  const bool has_mlp = listed(options.models, "mlp32") || listed(options.models, "mlp784");
+  std::unique_ptr<PythonServer> python;
+  if (!options.python_script.empty() &&
+      ((has_mlp && wanted("python")) || (has_cnn && cnn_wanted("python")))) {
     try {
       python = std::make_unique<PythonServer>(options.python_exe, options.python_script,
-                                              options.threads, options.blas_threads);
+                                              options.threads, options.blas_threads,
+                                              options.steps_cnn, options.channels_last);
     } catch (const std::exception& error) {
       std::cerr << "loop_bench: python variant skipped: " << error.what() << '\n';
     }
@@ -633,41 +837,98 @@ int run(const Options& options) {
 
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const std::string malloc_settings =
+      std::string("GLIBC_TUNABLES=") + (tunables != nullptr ? tunables : "-");
   std::cout << "torchbus loop benchmark: " << options.warmup_rounds
-            << " warm-up round(s) per model, intra-op threads " << at::get_num_threads()
-            << ", OpenBLAS threads " << options.blas_threads << ", clock "
+            << " warm-up round(s) per model (CNN: " << options.warmup_cnn << "), intra-op threads "
+            << at::get_num_threads() << ", OpenBLAS threads " << options.blas_threads << ", clock "
             << (cpu_clock ? "thread CPU time" : "wall") << ", load average " << fixed(load[0], 2)
-            << "\nBLAS: " << blas << "\n";
+            << "\nBLAS: " << blas << "\nmalloc: "
+            << (tunables != nullptr ? malloc_settings : "glibc's defaults (GLIBC_TUNABLES unset)");
+  if (python) {
+    std::cout << (python->malloc_settings() == malloc_settings
+                      ? ", the same in the Python process"
+                      : ", Python process: " + python->malloc_settings() + " (DIFFERENT)");
+  }
+  std::cout << '\n';
 
   // times[model][variant] = per-step times (us) of the measured rounds, by the chosen clock;
-  // other_times: by the other clock (shown in the table only).
+  // other_times: by the other clock (shown in the table only); faults: minor page faults per step.
   std::map<std::string, std::map<std::string, std::vector<double>>> times;
   std::map<std::string, std::map<std::string, std::vector<double>>> other_times;
-  std::optional<bool> weights_match;  // checked when every C++ variant runs
+  std::map<std::string, std::map<std::string, std::vector<double>>> faults;
+  std::optional<bool> weights_match;  // checked when two C++ variants of a precision run
   for (const auto& spec : specs) {
     auto batches = make_batches(spec);
     std::map<std::string, std::unique_ptr<Variant>> variants;
-    variants["hand"] = std::make_unique<HandLoop>(spec, batches);
-    variants["none"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::None,
-                                                     log_dir.path(), options.zero_grad);
-    variants["typical"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::Typical,
-                                                        log_dir.path(), options.zero_grad);
-    variants["logging"] = std::make_unique<TrainerLoop>(spec, batches, Subscribers::Logging,
-                                                        log_dir.path(), options.zero_grad);
     std::vector<std::string> order;
-    for (const auto* name : {"hand", "none", "typical", "logging"}) {
-      if (wanted(name)) order.emplace_back(name);
+    // Variants that must end the warm-up with the same weights (same arithmetic).
+    std::vector<std::vector<std::string>> same_arithmetic;
+    if (!spec.cnn) {
+      variants["hand"] = std::make_unique<HandLoop<MlpSetup>>(spec, batches);
+      variants["none"] = std::make_unique<TrainerLoop<MlpSetup>>(spec, batches, Subscribers::None,
+                                                                 log_dir.path(), options.zero_grad);
+      variants["typical"] = std::make_unique<TrainerLoop<MlpSetup>>(
+          spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad);
+      variants["logging"] = std::make_unique<TrainerLoop<MlpSetup>>(
+          spec, batches, Subscribers::Logging, log_dir.path(), options.zero_grad);
+      for (const auto* name : {"hand", "none", "typical", "logging"}) {
+        if (wanted(name)) order.emplace_back(name);
+      }
+      same_arithmetic.push_back(order);
+      if (python && wanted("python")) order.emplace_back("python");
+    } else {
+      const auto bf16 = torchbus::Precision::BF16Mixed;
+      std::vector<std::string> float32_group;
+      std::vector<std::string> bf16_group;
+      if (cnn_wanted("hand")) {
+        variants["hand"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches);
+        variants["hand_bf16"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches, true);
+      }
+      if (cnn_wanted("none")) {
+        variants["none"] = std::make_unique<TrainerLoop<CnnSetup>>(
+            spec, batches, Subscribers::None, log_dir.path(), options.zero_grad);
+        variants["none_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
+            spec, batches, Subscribers::None, log_dir.path(), options.zero_grad, bf16);
+      }
+      if (cnn_wanted("typical")) {
+        variants["typical"] = std::make_unique<TrainerLoop<CnnSetup>>(
+            spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad);
+        variants["typical_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
+            spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad, bf16);
+      }
+      for (const auto* name : {"hand", "none", "typical"}) {
+        if (!cnn_wanted(name)) continue;
+        order.emplace_back(name);
+        order.emplace_back(std::string(name) + kBF16Suffix);
+        float32_group.emplace_back(name);
+        bf16_group.emplace_back(std::string(name) + kBF16Suffix);
+      }
+      same_arithmetic = {float32_group, bf16_group};
+      if (python && cnn_wanted("python")) {
+        order.emplace_back("python");
+        order.emplace_back("python_bf16");
+      }
     }
-    if (python) order.emplace_back("python");
     if (order.empty()) {
-      std::cerr << "loop_bench: no variant to run (--variants python needs --python)\n";
+      std::cerr << "loop_bench: no variant to run for " << spec.name
+                << " (--variants python needs --python)\n";
       return 2;
     }
 
-    std::cout << spec.name << ": " << spec.inputs << '-' << spec.hidden << '-' << spec.classes
-              << ", batch " << spec.batch << ", " << spec.epochs * kBatchesPerEpoch
-              << " steps per variant per round, " << spec.rounds << " rounds" << std::endl;
-    for (int round = -options.warmup_rounds; round < spec.rounds; ++round) {
+    if (spec.cnn) {
+      std::cout << "cnn: conv 32, conv 64, max-pool, 9216-128-10, batch " << spec.batch << ", Adam"
+                << (spec.channels_last ? ", channels_last" : "") << ", "
+                << spec.epochs * spec.batches << " steps per variant per round, " << spec.rounds
+                << " rounds" << std::endl;
+    } else {
+      std::cout << spec.name << ": " << spec.inputs << '-' << spec.hidden << '-' << spec.classes
+                << ", batch " << spec.batch << ", " << spec.epochs * spec.batches
+                << " steps per variant per round, " << spec.rounds << " rounds" << std::endl;
+    }
+    const int warmup = spec.cnn ? options.warmup_cnn : options.warmup_rounds;
+    for (int round = -warmup; round < spec.rounds; ++round) {
       // Rotate the order so that no variant always runs first (or right after Python).
       const auto shift = static_cast<std::ptrdiff_t>(std::max(round, 0)) %
                          static_cast<std::ptrdiff_t>(order.size());
@@ -675,46 +936,59 @@ int run(const Options& options) {
       this_round.insert(this_round.end(), order.begin(), order.begin() + shift);
       for (const auto& name : this_round) {
         Timing timing;
-        if (name == "python") {
-          timing = python->run(spec.name, spec.epochs);
+        if (name == "python" || name == "python_bf16") {
+          timing = python->run(name == "python" ? spec.name : spec.name + kBF16Suffix, spec.epochs);
         } else {
           variants[name]->prepare();
+          const std::int64_t faults_before = thread_minor_faults();
           const double wall = wall_seconds();
           const double cpu = thread_cpu_seconds();
           timing.steps = variants[name]->run();
           timing.cpu = thread_cpu_seconds() - cpu;
           timing.wall = wall_seconds() - wall;
+          timing.faults = thread_minor_faults() - faults_before;
         }
         if (round < 0) continue;
         const auto steps = static_cast<double>(timing.steps);
         times[spec.name][name].push_back((cpu_clock ? timing.cpu : timing.wall) / steps * 1e6);
         other_times[spec.name][name].push_back((cpu_clock ? timing.wall : timing.cpu) / steps *
                                                1e6);
+        faults[spec.name][name].push_back(static_cast<double>(timing.faults) / steps);
       }
       if (round + 1 == spec.rounds) {
-        for (const auto& [name, variant] : variants) {
-          if (!wanted(name)) continue;
-          if (const auto problem = variant->subscribers_problem(); !problem.empty()) {
-            std::cerr << "loop_bench: the subscribers of variant '" << name
-                      << "' did not run as expected: " << problem << '\n';
+        for (const auto& name : order) {
+          if (variants.count(name) == 0) continue;  // Python
+          if (const auto problem = variants[name]->subscribers_problem(); !problem.empty()) {
+            std::cerr << "loop_bench: the subscribers of variant '" << name << "' of " << spec.name
+                      << " did not run as expected: " << problem << '\n';
             return 1;
           }
         }
-        if ((wanted("typical") || wanted("logging")) && log_dir.log_lines() == 0) {
+        // SimpleLogger logs every 50 steps: the CNN's short rounds do not reach a log line.
+        if (!spec.cnn && (listed(order, "typical") || listed(order, "logging")) &&
+            log_dir.log_lines() == 0) {
           std::cerr << "loop_bench: SimpleLogger wrote nothing to "
                     << (log_dir.path() / "torchbus.log").string() << '\n';
           return 1;
         }
       }
-      if (round == -options.warmup_rounds &&
-          (wanted("hand") && wanted("none") && wanted("typical") && wanted("logging"))) {
-        // After the first round every C++ variant has taken the same steps from the same weights.
-        const auto reference = variants["hand"]->parameters();
-        bool match = weights_match.value_or(true);
-        for (const auto* name : {"none", "typical", "logging"}) {
-          match = match && same_weights(reference, variants[name]->parameters());
+      if (round == -warmup) {
+        // After the first round the C++ variants of a precision have taken the same steps from
+        // the same weights.
+        for (const auto& group : same_arithmetic) {
+          if (group.size() < 2) continue;
+          const auto reference = variants[group.front()]->parameters();
+          bool match = weights_match.value_or(true);
+          for (std::size_t i = 1; i < group.size(); ++i) {
+            const bool same = same_weights(reference, variants[group[i]]->parameters());
+            if (!same) {
+              std::cerr << "loop_bench: " << spec.name << ": variant '" << group[i]
+                        << "' ends the warm-up with other weights than '" << group.front() << "'\n";
+            }
+            match = match && same;
+          }
+          weights_match = match;
         }
-        weights_match = match;
       }
     }
   }
@@ -738,34 +1012,49 @@ int run(const Options& options) {
     return median(ratios);
   };
 
-  // Table.
-  std::printf("\n%-7s %-40s %10s %9s %9s %8s %8s %10s\n", "model", "variant",
+  // Table. The base of a CNN variant is the hand loop of the same precision (run with
+  // --cnn-variants hand,...).
+  std::printf("\n%-7s %-40s %10s %9s %9s %8s %8s %10s %9s\n", "model", "variant",
               cpu_clock ? "cpu us/st" : "wall us/st", "min", "max", "vs hand", "paired",
-              cpu_clock ? "wall us/st" : "cpu us/st");
+              cpu_clock ? "wall us/st" : "cpu us/st", "faults/st");
   for (const auto& spec : specs) {
-    const double hand = us(spec.name, "hand");
-    for (const auto& variant : kVariants) {
+    for (const auto& variant : spec.cnn ? kCnnVariants : kVariants) {
       const auto& runs = times[spec.name][variant];
       if (runs.empty()) continue;
-      std::printf("%-7s %-40s %10.2f %9.2f %9.2f %8.3f %8.3f %10.2f\n", spec.name.c_str(),
+      const std::string base = spec.cnn && is_bf16(variant) ? "hand" + kBF16Suffix : "hand";
+      // "-" where the base did not run.
+      const auto cell = [](double value) { return std::isnan(value) ? "-" : fixed(value, 3); };
+      std::printf("%-7s %-40s %10.2f %9.2f %9.2f %8s %8s %10.2f %9.1f\n", spec.name.c_str(),
                   describe(variant).c_str(), us(spec.name, variant),
                   *std::min_element(runs.begin(), runs.end()),
-                  *std::max_element(runs.begin(), runs.end()), us(spec.name, variant) / hand,
-                  paired(spec.name, variant), median(other_times[spec.name][variant]));
+                  *std::max_element(runs.begin(), runs.end()),
+                  cell(us(spec.name, variant) / us(spec.name, base)).c_str(),
+                  cell(paired(spec.name, variant, base)).c_str(),
+                  median(other_times[spec.name][variant]), median(faults[spec.name][variant]));
     }
   }
   std::cout << "(us/st: median per-step time over the rounds; min/max over the rounds; vs hand: "
                "ratio of medians;\n paired: median of the per-round ratios to the hand loop (the "
-               "name=value ratios are paired); last column: the other clock)\n"
+               "name=value ratios are paired;\n a bf16 CNN variant's base is the bf16 hand loop); "
+               "wall/cpu us/st: the other clock; faults/st: minor page faults per step)\n"
             << "check: C++ variants end the warm-up with identical weights: "
             << (!weights_match   ? "not checked"
                 : *weights_match ? "yes"
                                  : "NO")
-            << "\n\n";
+            << "\n";
+  if (has_cnn) {
+    std::cout << "cnn (paired): bf16 speed-up torchbus "
+              << fixed(paired("cnn", "typical", "typical_bf16"), 3) << ", Python "
+              << fixed(paired("cnn", "python", "python_bf16"), 3) << "; Python / torchbus: float32 "
+              << fixed(paired("cnn", "python", "typical"), 3) << ", bf16 "
+              << fixed(paired("cnn", "python_bf16", "typical_bf16"), 3) << '\n';
+  }
+  std::cout << '\n';
 
   // Machine-readable lines.
   for (const auto& variant : kVariants) {
     for (const auto& spec : specs) {
+      if (spec.cnn) continue;
       std::cout << "us_per_step_" << variant << '_' << spec.name << '='
                 << fixed(us(spec.name, variant), 3) << '\n';
     }
@@ -789,8 +1078,22 @@ int run(const Options& options) {
             << "python_over_torchbus_of_medians=" << fixed(us("mlp32", "python") / typical, 4)
             << '\n'
             << "overhead_us_per_step_none_mlp32=" << fixed(us("mlp32", "none") - hand, 3) << '\n'
-            << "overhead_us_per_step_typical_mlp32=" << fixed(typical - hand, 3) << '\n'
-            << "loop_clock=" << options.clock << '\n'
+            << "overhead_us_per_step_typical_mlp32=" << fixed(typical - hand, 3) << '\n';
+  if (has_cnn) {
+    // The four variants always (nan when not run), the others when they ran.
+    for (const auto& variant : kCnnVariants) {
+      const bool headline = variant.rfind("typical", 0) == 0 || variant.rfind("python", 0) == 0;
+      if (!headline && times["cnn"][variant].empty()) continue;
+      std::cout << "us_per_step_" << variant << "_cnn=" << fixed(us("cnn", variant), 3) << '\n';
+    }
+    std::cout << "bf16_speedup_cnn=" << fixed(paired("cnn", "typical", "typical_bf16"), 4) << '\n'
+              << "python_bf16_speedup_cnn=" << fixed(paired("cnn", "python", "python_bf16"), 4)
+              << '\n'
+              << "python_over_torchbus_cnn=" << fixed(paired("cnn", "python", "typical"), 4) << '\n'
+              << "python_over_torchbus_cnn_bf16="
+              << fixed(paired("cnn", "python_bf16", "typical_bf16"), 4) << '\n';
+  }
+  std::cout << "loop_clock=" << options.clock << '\n'
             << "same_weights="
             << (!weights_match   ? "nan"
                 : *weights_match ? "1"
