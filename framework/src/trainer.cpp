@@ -158,6 +158,17 @@ void Trainer::prepare_run() {
   }
   check_precision_supported(options_.precision(), device);
   module_->to(device);
+  if (options_.channels_last()) {
+    // As Python's Module.to(memory_format=...): `contiguous()` would leave a one-channel weight
+    // in its old strides (it already counts as channels_last).
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : module_->parameters()) {
+      if (parameter.dim() == 4) {
+        parameter.set_data(parameter.to(parameter.options(), /*non_blocking=*/false,
+                                        /*copy=*/false, at::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
   parameters_ = module_->parameters();
   state_.model = module_.get();
   state_.optimizer = &optimizer_;
@@ -362,6 +373,9 @@ void Trainer::move_to_device(Batch& batch) const {
   }
   if (batch.target.defined() && batch.target.device() != state_.device) {
     batch.target = batch.target.to(state_.device);
+  }
+  if (options_.channels_last() && batch.data.defined() && batch.data.dim() == 4) {
+    batch.data = batch.data.contiguous(at::MemoryFormat::ChannelsLast);
   }
 }
 

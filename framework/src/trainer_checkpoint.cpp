@@ -88,7 +88,8 @@ std::string describe_options(const TrainerOptions& options) {
       << "\ngradient_clip_norm=" << options.gradient_clip_norm()
       << "\ngradient_clip_value=" << options.gradient_clip_value()
       << "\nset_grads_to_none=" << options.set_grads_to_none()
-      << "\nprecision=" << to_string(options.precision()) << "\n";
+      << "\nprecision=" << to_string(options.precision())
+      << "\nchannels_last=" << options.channels_last() << "\n";
   return out.str();
 }
 

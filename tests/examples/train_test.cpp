@@ -225,6 +225,7 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
 // one. 16-mixed needs CUDA: a usage error here.
 BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
   const auto mnist = make_mnist("mnist_bf16");
+  double mnist_bf16_accuracy = 0.0;
   for (const auto& data : {std::string("synthetic"), "mnist:" + mnist.string()}) {
     BOOST_TEST_CONTEXT(data) {
       std::map<std::string, double> accuracy;
@@ -246,6 +247,7 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
       BOOST_TEST_MESSAGE(data << ": val accuracy float32 " << accuracy["32"] << ", bf16-mixed "
                               << accuracy["bf16-mixed"]);
       BOOST_TEST(std::abs(accuracy["bf16-mixed"] - accuracy["32"]) <= 0.01);
+      mnist_bf16_accuracy = accuracy["bf16-mixed"];  // the last data source is the IDX set
     }
   }
 
@@ -260,6 +262,16 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
   const auto resumed = run_train(common + "--resume --out " + out.string());
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") == expected);
+
+  // --channels-last with the CNN: runs, learns as well, and is part of the identity.
+  const auto nhwc = scratch("train_test", "bf16_channels_last");
+  const auto channels_last =
+      run_train("--data mnist:" + mnist.string() + " --epochs 3 --batch-size 20 --no-progress " +
+                "--precision bf16-mixed --channels-last --out " + nhwc.string());
+  BOOST_TEST_REQUIRE(channels_last.status == 0, channels_last.output);
+  const auto nhwc_summary = read_text(nhwc / "summary.json");
+  BOOST_TEST(has(json_string(nhwc_summary, "identity"), "channels_last=1"));
+  BOOST_TEST(json_number(nhwc_summary, "final_val_accuracy") >= mnist_bf16_accuracy - 0.01);
 
   const auto fp16 =
       run_train("--precision 16-mixed --out " + scratch("train_test", "fp16").string());

@@ -160,6 +160,51 @@ BOOST_AUTO_TEST_CASE(bf16_keeps_float32_parameters_and_learns_as_float32_does,
   BOOST_TEST(differ);
 }
 
+// channels_last: every 4-d parameter (also a one-channel weight, which already "is" channels_last
+// by its sizes) and every 4-d batch in NHWC strides; the model learns as in NCHW.
+BOOST_AUTO_TEST_CASE(channels_last_keeps_weights_and_batches_in_nhwc) {
+  const auto fit = [](bool channels_last, std::vector<bool>* nhwc_batches) {
+    torch::manual_seed(4);
+    // The depthwise convolution's weight is 4x1x3x3: one input channel.
+    torch::nn::Sequential model(torch::nn::Conv2d(2, 4, 3), torch::nn::ReLU(),
+                                torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).groups(4)),
+                                torch::nn::Flatten(), torch::nn::Linear(4 * 4 * 4, 3));
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    Trainer trainer(
+        model, optimizer, cross_entropy,
+        TrainerOptions().channels_last(channels_last).use_registered_subscriptions(false));
+    trainer.set_train_step([nhwc_batches](Trainer& t, Batch& batch) {
+      if (nhwc_batches) {
+        nhwc_batches->push_back(batch.data.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+                                !batch.data.is_contiguous());
+      }
+      return cross_entropy(t.forward(batch.data), batch.target);
+    });
+    torch::manual_seed(5);
+    std::vector<Batch> batches;
+    for (int i = 0; i < 4; ++i) {
+      batches.emplace_back(torch::randn({6, 2, 8, 8}), torch::randint(3, {6}, torch::kLong));
+    }
+    trainer.fit(batches);
+    return model;
+  };
+  std::vector<bool> nhwc;
+  const auto nhwc_model = fit(true, &nhwc);
+  const auto nchw_model = fit(false, nullptr);
+  BOOST_TEST(nhwc == std::vector<bool>(4, true), boost::test_tools::per_element());
+  const auto a = nhwc_model->parameters();
+  const auto b = nchw_model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    BOOST_TEST_CONTEXT("parameter " << i) {
+      if (a[i].dim() == 4) {
+        BOOST_TEST(a[i].stride(1) == 1);  // channels innermost, the one-channel weight too
+        BOOST_TEST(b[i].is_contiguous());
+      }
+      BOOST_TEST(torch::allclose(a[i], b[i], 1e-5, 1e-6));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(float16_on_the_cpu_is_refused_before_training) {
   Run run(TrainerOptions().precision(Precision::FP16Mixed));
   auto recorder = std::make_shared<RecordingCallback>();

@@ -41,6 +41,9 @@ struct TrainerOptions {
   /// Arithmetic of the forward pass and the loss: Float32, BF16Mixed (autocast to bfloat16) or
   /// FP16Mixed (autocast to float16 with loss scaling, CUDA); see docs/trainer.md, "Precision".
   TORCH_ARG(Precision, precision) = Precision::Float32;
+  /// Keep the model's 4-d parameters and 4-d batch data in channels_last (NHWC) memory format,
+  /// which oneDNN's convolutions and bfloat16 pooling prefer (docs/trainer.md, "Precision").
+  TORCH_ARG(bool, channels_last) = false;
   /// How the loss scale moves under Precision::FP16Mixed (PyTorch GradScaler's defaults).
   TORCH_ARG(LossScalerOptions, loss_scaler) = {};
   /// What makes this run's result ("key=value" lines: data, model, seed, ...), written into every
