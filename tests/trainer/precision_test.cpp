@@ -131,7 +131,11 @@ BOOST_AUTO_TEST_CASE(float32_never_autocasts) {
     BOOST_TEST(!seen.autocast);
     BOOST_TEST(seen.output == at::kFloat);
   }
-  BOOST_TEST(eval.size() == 2u);
+  BOOST_TEST_REQUIRE(eval.size() == 2u);
+  for (const auto& seen : eval) {
+    BOOST_TEST(!seen.autocast);
+    BOOST_TEST(seen.output == at::kFloat);
+  }
 }
 
 // Parameters and optimizer state stay float32; the bf16 run differs from the float32 one (the
