@@ -21,16 +21,19 @@
 #include <string>
 
 /// 4096 samples of a learnable 10-class problem (the same on every rank): 784 features for the
-/// MLP, 1x28x28 images for the CNN.
-class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
+/// MLP, 1x28x28 images for the CNN. A batch is one indexing of the data tensors, not 64 samples
+/// fetched and stacked one by one.
+class Synthetic : public torch::data::datasets::BatchDataset<Synthetic, torch::data::Example<>> {
  public:
   explicit Synthetic(bool images) {
     torch::manual_seed(0);
     inputs_ = images ? torch::randn({4096, 1, 28, 28}) : torch::randn({4096, 784});
     targets_ = inputs_.flatten(1).narrow(1, 0, 10).argmax(1);
   }
-  torch::data::Example<> get(std::size_t i) override {
-    return {inputs_[static_cast<std::int64_t>(i)], targets_[static_cast<std::int64_t>(i)]};
+  torch::data::Example<> get_batch(c10::ArrayRef<std::size_t> indices) override {
+    const auto index = torch::tensor(
+        std::vector<std::int64_t>(indices.begin(), indices.end()), torch::kLong);
+    return {inputs_.index_select(0, index), targets_.index_select(0, index)};
   }
   c10::optional<std::size_t> size() const override { return 4096; }
 
@@ -93,7 +96,7 @@ void train(const Options& options) {
 
   // Each rank reads its own shard; 64 samples per rank and step.
   auto loader = torch::data::make_data_loader(
-      Synthetic(options.cnn).map(torch::data::transforms::Stack<>()),
+      Synthetic(options.cnn),
       torchbus::DistributedSampler(4096, group.get()), torch::data::DataLoaderOptions(64));
   start = std::chrono::steady_clock::now();
   trainer.fit(*loader);
