@@ -31,8 +31,8 @@ class Synthetic : public torch::data::datasets::BatchDataset<Synthetic, torch::d
     targets_ = inputs_.flatten(1).narrow(1, 0, 10).argmax(1);
   }
   torch::data::Example<> get_batch(c10::ArrayRef<std::size_t> indices) override {
-    const auto index = torch::tensor(
-        std::vector<std::int64_t>(indices.begin(), indices.end()), torch::kLong);
+    const auto index =
+        torch::tensor(std::vector<std::int64_t>(indices.begin(), indices.end()), torch::kLong);
     return {inputs_.index_select(0, index), targets_.index_select(0, index)};
   }
   c10::optional<std::size_t> size() const override { return 4096; }
@@ -95,9 +95,9 @@ void train(const Options& options) {
   });
 
   // Each rank reads its own shard; 64 samples per rank and step.
-  auto loader = torch::data::make_data_loader(
-      Synthetic(options.cnn),
-      torchbus::DistributedSampler(4096, group.get()), torch::data::DataLoaderOptions(64));
+  auto loader = torch::data::make_data_loader(Synthetic(options.cnn),
+                                              torchbus::DistributedSampler(4096, group.get()),
+                                              torch::data::DataLoaderOptions(64));
   start = std::chrono::steady_clock::now();
   trainer.fit(*loader);
   const std::chrono::duration<double> seconds = end - start;

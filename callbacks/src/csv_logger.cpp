@@ -1,11 +1,13 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <torch/optim/optimizer.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/system_error_text.hpp>
 
 #include "csv_rows.hpp"
 
@@ -14,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <system_error>
@@ -100,10 +101,6 @@ bool keep_before_resume(const std::string& kind, std::int64_t step, std::int64_t
   return true;
 }
 
-std::string describe_errno() {
-  return errno != 0 ? std::strerror(errno) : "unknown error";
-}
-
 }  // namespace
 
 CsvLoggerOptions::CsvLoggerOptions(std::string path) : path_(std::move(path)) {}
@@ -177,7 +174,7 @@ void CsvLogger::open(bool replace) {
   if (!replace && fs::exists(path, error)) {
     std::ifstream in(path);
     TORCHBUS_CHECK(in.good(), ConfigError, who, ": cannot read '", path.string(),
-                   "' to continue it: ", describe_errno());
+                   "' to continue it: ", system_error_text(errno));
     std::string header;
     std::getline(in, header);
     continuing = !in.eof();  // else empty, or a header cut short by a killed run: start over
@@ -199,7 +196,7 @@ void CsvLogger::open(bool replace) {
   if (continuing) {
     out_.file.open(path, std::ios::out | std::ios::app);
     TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
-                   "' for appending: ", describe_errno());
+                   "' for appending: ", system_error_text(errno));
     add_columns(own);     // widens the file if it lacks some of them
     reconciled_ = false;  // rows are checked against the resume point at the first EpochStart
   } else {
@@ -207,7 +204,7 @@ void CsvLogger::open(bool replace) {
     columns_.insert(columns_.end(), own.begin(), own.end());
     out_.file.open(path, std::ios::out | std::ios::trunc);
     TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
-                   "' for writing: ", describe_errno());
+                   "' for writing: ", system_error_text(errno));
     // Written with the first rows: metrics that appear before then need no rewrite.
     out_.header_pending = true;
     reconciled_ = true;
@@ -238,18 +235,9 @@ std::size_t CsvLogger::column_index(const std::string& name) {
 
 namespace {
 
-/// Copies `path` to a temporary file next to it, adding `extra` columns to the header (and an
-/// empty cell to every row), keeping only the rows `keep` accepts and dropping a partial last line,
-/// then renames the copy over `path`. Returns the number of rows dropped.
-std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra, KeepRow keep,
-                     std::int64_t resume_step, std::int64_t resume_epoch, const std::string& who) {
-  std::ifstream in(path);
-  TORCHBUS_CHECK(in.good(), Error, who, ": cannot read '", path.string(), "': ", describe_errno());
-  fs::path temporary = path;
-  temporary += ".tmp";
-  std::ofstream out(temporary, std::ios::out | std::ios::trunc);
-  TORCHBUS_CHECK(out.is_open(), Error, who, ": cannot write '", temporary.string(),
-                 "': ", describe_errno());
+/// The copy `rewrite` makes, from `in` to `out`.
+std::int64_t copy_rows(std::istream& in, AtomicFile& out, const std::vector<std::string>& extra,
+                       KeepRow keep, std::int64_t resume_step, std::int64_t resume_epoch) {
   std::string suffix;
   for (const auto& name : extra) suffix += "," + csv_field(name);
   std::string empty_cells(extra.size(), ',');
@@ -259,7 +247,7 @@ std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra
   while (std::getline(in, line)) {
     if (in.eof()) break;  // a partial last line, left by a killed run
     if (header) {
-      out << line << suffix << '\n';
+      out.write(line + suffix + '\n');
       header = false;
       continue;
     }
@@ -273,18 +261,29 @@ std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra
         continue;
       }
     }
-    out << line << empty_cells << '\n';
+    out.write(line);
+    out.write(empty_cells);
+    out.write("\n");
   }
-  out.flush();
-  TORCHBUS_CHECK(out.good(), Error, who, ": cannot write '", temporary.string(),
-                 "': ", describe_errno());
-  out.close();
-  in.close();
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  TORCHBUS_CHECK(!error, Error, who, ": cannot replace '", path.string(), "' by '",
-                 temporary.string(), "': ", error.message());
   return dropped;
+}
+
+/// Replaces `path` atomically by a copy that adds `extra` columns to the header (and an empty cell
+/// to every row), keeps only the rows `keep` accepts and drops a partial last line. Returns the
+/// number of rows dropped.
+std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra, KeepRow keep,
+                     std::int64_t resume_step, std::int64_t resume_epoch, const std::string& who) {
+  std::ifstream in(path);
+  TORCHBUS_CHECK(in.good(), Error, who, ": cannot read '", path.string(),
+                 "': ", system_error_text(errno));
+  try {
+    AtomicFile out(path);
+    const auto dropped = copy_rows(in, out, extra, keep, resume_step, resume_epoch);
+    out.commit();
+    return dropped;
+  } catch (const Error& failure) {
+    throw Error(detail::concat(who, ": cannot rewrite '", path.string(), "': ", failure.what()));
+  }
 }
 
 /// Reads an existing file's rows.
@@ -352,7 +351,7 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
     rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
     out_.file.open(path, std::ios::out | std::ios::app);
     TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
-                   path.string(), "' for appending: ", describe_errno());
+                   path.string(), "' for appending: ", system_error_text(errno));
     out_.rows->set_width(columns_.size() + extra.size() - kFixedCount);
   }
   columns_.insert(columns_.end(), extra.begin(), extra.end());
@@ -375,7 +374,7 @@ void CsvLogger::reconcile(const State& state) {
                                  state.epoch, "CsvLogger '" + name() + "'");
     out_.file.open(path, std::ios::out | std::ios::app);
     TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
-                   path.string(), "' for appending: ", describe_errno());
+                   path.string(), "' for appending: ", system_error_text(errno));
     if (existing.partial_last_line) {
       logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
                      path.string());
@@ -421,22 +420,9 @@ void CsvLogger::set_cell(std::size_t column, double value) {
 }
 
 void CsvLogger::set_lr(const State& state) {
-  std::string problem;
-  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
-    problem = "the optimizer has no parameter group";
-  } else {
-    try {
-      set_cell(lr_col_, state.optimizer->param_groups()[0].options().get_lr());
-      return;
-    } catch (const std::exception& error) {
-      problem = error.what();
-    }
-  }
-  if (!warned_lr_) {
-    warned_lr_ = true;
-    logger()->warn("CsvLogger '{}': cannot read the learning rate ({}); the lr column stays empty",
-                   name(), problem);
-  }
+  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"CsvLogger", *this},
+                                             "the lr column stays empty");
+  if (lr) set_cell(lr_col_, *lr);
 }
 
 void CsvLogger::write_step_row(State& state) {
@@ -449,19 +435,8 @@ void CsvLogger::write_step_row(State& state) {
       set_cell(tensor_cols_[i], scalar_value(*tensor));
     } else if (!warned_[i]) {
       warned_[i] = true;
-      if (tensor == nullptr) {
-        logger()->warn(
-            "CsvLogger '{}': no tensor named '{}' at step {}; present: {}. Its cells stay empty "
-            "(reported once)",
-            name(), names[i], state.step, detail::join_or_none(state.tensors.names()));
-      } else {
-        logger()->warn(
-            "CsvLogger '{}': tensor '{}' is not a one-element real tensor (shape [{}]); only "
-            "scalars go in the CSV, its cells stay empty (reported once)",
-            name(), names[i],
-            tensor->defined() ? fmt::format("{}", fmt::join(tensor->sizes(), ", "))
-                              : std::string("undefined"));
-      }
+      warn_tensor_not_logged(state, names[i], tensor, {"CsvLogger", *this},
+                             "only one-element real tensors go in the CSV, its cells stay empty");
     }
   }
   set_lr(state);
@@ -516,7 +491,7 @@ void CsvLogger::flush_rows() const {
   out_.file.flush();
   out_.flushed_at = std::chrono::steady_clock::now();
   TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
-                 options_.path(), "' failed: ", describe_errno());
+                 options_.path(), "' failed: ", system_error_text(errno));
 }
 
 void CsvLogger::save_state(torch::serialize::OutputArchive& /*archive*/) const {

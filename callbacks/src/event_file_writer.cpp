@@ -1,10 +1,13 @@
+#include "event_file_writer.hpp"
+
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <tensorboard/event.pb.h>
 #include <unistd.h>
-#include <torchbus/callbacks/event_file_writer.hpp>
-#include <torchbus/crc32c.hpp>
+#include <boost/crc.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/system_error_text.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -13,11 +16,9 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <limits>
 #include <mutex>
-#include <string_view>
 #include <thread>
 
 namespace torchbus {
@@ -41,50 +42,65 @@ SummaryValue SummaryValue::histogram(std::string tag, std::vector<double> values
   return result;
 }
 
-Histogram make_histogram(const std::vector<double>& values, int buckets) {
-  TORCHBUS_CHECK(buckets >= 1, ConfigError, "make_histogram: buckets must be >= 1, got ", buckets);
-  Histogram result;
+SummaryValue SummaryValue::text(std::string tag, std::string markdown) {
+  SummaryValue result;
+  result.kind = Kind::Text;
+  result.tag = std::move(tag);
+  result.markdown = std::move(markdown);
+  return result;
+}
+
+void fill_histogram(const std::vector<double>& values, int buckets,
+                    tensorboard::HistogramProto& histogram) {
+  TORCHBUS_CHECK(buckets >= 1, ConfigError, "fill_histogram: buckets must be >= 1, got ", buckets);
+  histogram.Clear();
+  double num = 0.0, sum = 0.0, sum_squares = 0.0;
   double low = std::numeric_limits<double>::infinity();
   double high = -low;
   for (double value : values) {
     if (!std::isfinite(value)) continue;
-    result.num += 1.0;
-    result.sum += value;
-    result.sum_squares += value * value;
+    num += 1.0;
+    sum += value;
+    sum_squares += value * value;
     low = std::min(low, value);
     high = std::max(high, value);
   }
-  if (result.num == 0.0) {
-    result.bucket_limit = {0.0};
-    result.bucket = {0.0};
-    return result;
+  histogram.set_num(num);
+  histogram.set_sum(sum);
+  histogram.set_sum_squares(sum_squares);
+  if (num == 0.0) {
+    histogram.add_bucket_limit(0.0);
+    histogram.add_bucket(0.0);
+    return;
   }
-  result.min = low;
-  result.max = high;
+  histogram.set_min(low);
+  histogram.set_max(high);
   if (low == high) {
-    result.bucket_limit = {low - 0.5, high + 0.5};
-    result.bucket = {0.0, result.num};
-    return result;
+    histogram.add_bucket_limit(low - 0.5);
+    histogram.add_bucket_limit(high + 0.5);
+    histogram.add_bucket(0.0);
+    histogram.add_bucket(num);
+    return;
   }
   // A leading empty bucket whose limit is the minimum tells TensorBoard where the first one starts.
-  result.bucket_limit.reserve(static_cast<std::size_t>(buckets) + 1);
-  result.bucket_limit.push_back(low);
+  auto& limits = *histogram.mutable_bucket_limit();
+  limits.Reserve(buckets + 1);
+  limits.Add(low);
   for (int i = 1; i <= buckets; ++i) {
     const double t = static_cast<double>(i) / buckets;
-    result.bucket_limit.push_back(i == buckets ? high : low * (1.0 - t) + high * t);
+    limits.Add(i == buckets ? high : low * (1.0 - t) + high * t);
   }
-  result.bucket.assign(static_cast<std::size_t>(buckets) + 1, 0.0);
+  auto& counts = *histogram.mutable_bucket();
+  counts.Resize(buckets + 1, 0.0);
   // Halves keep the span finite for values near the limits of double.
   const double span = high / 2 - low / 2;
   for (double value : values) {
     if (!std::isfinite(value)) continue;
     // Bucket i (1-based) holds (limit[i - 1], limit[i]]; the minimum goes in the first one.
     const double position = std::ceil((value / 2 - low / 2) / span * buckets);
-    const auto index =
-        static_cast<std::size_t>(std::clamp(position, 1.0, static_cast<double>(buckets)));
-    result.bucket[index] += 1.0;
+    const auto index = static_cast<int>(std::clamp(position, 1.0, static_cast<double>(buckets)));
+    counts[index] += 1.0;
   }
-  return result;
 }
 
 std::string event_file_name() {
@@ -109,87 +125,22 @@ double wall_time_now() {
 
 namespace {
 
-/// Appends protocol buffer wire format (proto3) to a string.
-class ProtoEncoder {
- public:
-  explicit ProtoEncoder(std::string& out) : out_(out) {}
-
-  void int64_field(int field, std::int64_t value) {
-    key(field, kVarint);
-    varint(static_cast<std::uint64_t>(value));  // two's complement, as protobuf's int64
-  }
-  void double_field(int field, double value) {
-    key(field, kFixed64);
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &value, sizeof(bits));
-    little_endian(bits, 8);
-  }
-  void float_field(int field, float value) {
-    key(field, kFixed32);
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, &value, sizeof(bits));
-    little_endian(bits, 4);
-  }
-  void bytes_field(int field, std::string_view bytes) {
-    key(field, kLengthDelimited);
-    varint(bytes.size());
-    out_.append(bytes.data(), bytes.size());
-  }
-  void packed_doubles(int field, const std::vector<double>& values) {
-    key(field, kLengthDelimited);
-    varint(values.size() * 8);
-    for (double value : values) {
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &value, sizeof(bits));
-      little_endian(bits, 8);
-    }
-  }
-
- private:
-  enum WireType : std::uint8_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-  void key(int field, WireType type) { varint((static_cast<std::uint64_t>(field) << 3) | type); }
-  void varint(std::uint64_t value) {
-    while (value >= 0x80) {
-      out_ += static_cast<char>((value & 0x7F) | 0x80);
-      value >>= 7;
-    }
-    out_ += static_cast<char>(value);
-  }
-  void little_endian(std::uint64_t value, int bytes) {
-    for (int i = 0; i < bytes; ++i) out_ += static_cast<char>((value >> (8 * i)) & 0xFF);
-  }
-
-  std::string& out_;
-};
-
-// Field numbers of tensorboard/compat/proto/{event,summary,histogram}.proto.
-namespace field {
-constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5,
-              kEventSessionLog = 7;
-constexpr int kSummaryValue = 1;
-constexpr int kValueTag = 1, kValueSimpleValue = 2, kValueHisto = 5;
-constexpr int kHistoMin = 1, kHistoMax = 2, kHistoNum = 3, kHistoSum = 4, kHistoSumSquares = 5,
-              kHistoBucketLimit = 6, kHistoBucket = 7;
-constexpr int kSessionLogStatus = 1;
-constexpr std::int64_t kSessionLogStart = 1;
-}  // namespace field
-
 /// The version string of the first event of every file.
-constexpr std::string_view kFileVersion = "brain.Event:2";
+constexpr const char* kFileVersion = "brain.Event:2";
+
+/// CRC-32C (Castagnoli), as TFRecord frames records with.
+using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
 
 /// TFRecord's masked CRC-32C.
-std::uint32_t masked_crc(const void* data, std::size_t size) {
-  const std::uint32_t crc = crc32c(data, size);
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+std::uint32_t masked_crc(const char* data, std::size_t size) {
+  Crc32c crc;
+  crc.process_bytes(data, size);
+  const std::uint32_t value = crc.checksum();
+  return ((value >> 15) | (value << 17)) + 0xa282ead8u;
 }
 
-void append_le(std::string& out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xFF);
-}
-
-std::string describe_errno(int error) {
-  return error != 0 ? std::strerror(error) : "unknown error";
+void store_le(char* out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xFF);
 }
 
 /// How long queued events may wait for the writer thread when nobody wakes it: producers wake it
@@ -198,14 +149,39 @@ std::string describe_errno(int error) {
 /// inter-processor interrupt when it sleeps on another core).
 constexpr std::chrono::milliseconds kWriteInterval{100};
 
-/// An event waiting in the queue.
+/// An entry of the queue: one event, or a burst of scalars (an event per step).
 struct QueuedEvent {
-  enum class Kind : std::uint8_t { FileVersion, Summary, SessionStart };
+  enum class Kind : std::uint8_t { FileVersion, Summary, Scalars, SessionStart };
   Kind kind = Kind::Summary;
   double wall_time = 0.0;
   std::int64_t step = 0;
-  std::vector<SummaryValue> values;
+  std::vector<SummaryValue> values;  // Summary
+  std::vector<ScalarPoint> points;   // Scalars
 };
+
+/// Sets `value` (a reused Summary.Value) to `summary_value`.
+void encode_value(const SummaryValue& summary_value, tensorboard::Summary::Value& value) {
+  value.set_tag(summary_value.tag);
+  switch (summary_value.kind) {
+    case SummaryValue::Kind::Scalar:
+      value.set_simple_value(static_cast<float>(summary_value.value));
+      break;
+    case SummaryValue::Kind::Histogram:
+      fill_histogram(summary_value.values, summary_value.buckets, *value.mutable_histo());
+      break;
+    case SummaryValue::Kind::Text: {
+      // As TensorBoard's text plugin (and PyTorch's add_text) writes it: the plugin's name, its
+      // TextPluginData{version: 0} as content (empty once serialized), a string tensor of shape
+      // [1].
+      value.mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+      auto& tensor = *value.mutable_tensor();
+      tensor.set_dtype(tensorboard::DT_STRING);
+      tensor.mutable_tensor_shape()->add_dim()->set_size(1);
+      tensor.add_string_val(summary_value.markdown);
+      break;
+    }
+  }
+}
 
 }  // namespace
 
@@ -228,16 +204,22 @@ struct EventFileWriter::Impl {
   bool error_thrown = false;  // `error` was thrown once by flush or close
   std::thread thread;
 
-  // Used by the thread only: buffers reused for every event.
-  std::string record, event, summary, value, histo;
+  std::vector<std::string> scalar_tags;  // the tags of add_scalars, by index
+
+  // Used by the thread only, reused for every event: a summary event keeps its Summary.Value
+  // objects (clearing a repeated field keeps them for the next event), the record its capacity.
+  tensorboard::Event summary_event;
+  std::string record;
 
   void run();
   std::string write(const QueuedEvent& queued);
-  void encode(const QueuedEvent& queued);
-  void encode_value(const SummaryValue& summary_value);
+  std::string write_scalars(const std::vector<ScalarPoint>& points);
+  std::string write_record(const tensorboard::Event& event);
+  tensorboard::Summary& start_summary(double wall_time, std::int64_t step);
   void push(QueuedEvent queued);
   std::string write_error(int error_number) const {
-    return fmt::format("cannot write the event file '{}': {}", path, describe_errno(error_number));
+    return fmt::format("cannot write the event file '{}': {}", path,
+                       system_error_text(error_number));
   }
   /// Throws the write error unless flush or close already did.
   void throw_once() {
@@ -247,16 +229,18 @@ struct EventFileWriter::Impl {
   }
 };
 
-EventFileWriter::EventFileWriter(std::string path, std::size_t queue_capacity)
+EventFileWriter::EventFileWriter(std::string path, std::size_t queue_capacity,
+                                 std::vector<std::string> scalar_tags)
     : impl_(std::make_unique<Impl>()) {
   TORCHBUS_CHECK(queue_capacity >= 1, ConfigError,
                  "EventFileWriter: queue_capacity must be >= 1, got ", queue_capacity);
   impl_->path = std::move(path);
   impl_->capacity = queue_capacity;
+  impl_->scalar_tags = std::move(scalar_tags);
   errno = 0;
   impl_->file = std::fopen(impl_->path.c_str(), "wb");
   TORCHBUS_CHECK(impl_->file != nullptr, ConfigError, "cannot create the event file '", impl_->path,
-                 "': ", describe_errno(errno));
+                 "': ", system_error_text(errno));
   QueuedEvent first;
   first.kind = QueuedEvent::Kind::FileVersion;
   first.wall_time = wall_time_now();
@@ -283,6 +267,19 @@ void EventFileWriter::add_summary(std::int64_t step, std::vector<SummaryValue> v
   queued.wall_time = wall_time;
   queued.step = step;
   queued.values = std::move(values);
+  impl_->push(std::move(queued));
+}
+
+void EventFileWriter::add_scalars(std::vector<ScalarPoint> points) {
+  if (points.empty()) return;
+  for (const auto& point : points) {
+    TORCHBUS_CHECK(point.tag < impl_->scalar_tags.size(), ConfigError, "EventFileWriter '",
+                   impl_->path, "': scalar tag index ", point.tag, " out of range; it has ",
+                   impl_->scalar_tags.size(), " scalar tags");
+  }
+  QueuedEvent queued;
+  queued.kind = QueuedEvent::Kind::Scalars;
+  queued.points = std::move(points);
   impl_->push(std::move(queued));
 }
 
@@ -375,67 +372,77 @@ void EventFileWriter::Impl::run() {
 
 std::string EventFileWriter::Impl::write(const QueuedEvent& queued) {
   try {
-    encode(queued);
-    record.clear();
-    append_le(record, event.size(), 8);
-    append_le(record, masked_crc(record.data(), 8), 4);
-    record += event;
-    append_le(record, masked_crc(event.data(), event.size()), 4);
+    switch (queued.kind) {
+      case QueuedEvent::Kind::FileVersion: {
+        tensorboard::Event event;
+        event.set_wall_time(queued.wall_time);
+        event.set_file_version(kFileVersion);
+        return write_record(event);
+      }
+      case QueuedEvent::Kind::SessionStart: {
+        tensorboard::Event event;
+        event.set_wall_time(queued.wall_time);
+        event.set_step(queued.step);
+        event.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+        return write_record(event);
+      }
+      case QueuedEvent::Kind::Summary: {
+        auto& values = *start_summary(queued.wall_time, queued.step).mutable_value();
+        for (const auto& value : queued.values) encode_value(value, *values.Add());
+        return write_record(summary_event);
+      }
+      case QueuedEvent::Kind::Scalars:
+        return write_scalars(queued.points);
+    }
   } catch (const std::exception& failure) {
     return fmt::format("cannot encode an event for '{}': {}", path, failure.what());
   }
+  return {};
+}
+
+std::string EventFileWriter::Impl::write_scalars(const std::vector<ScalarPoint>& points) {
+  // One event per run of points with the same step.
+  for (std::size_t first = 0; first < points.size();) {
+    auto& values = *start_summary(points[first].wall_time, points[first].step).mutable_value();
+    std::size_t end = first;
+    for (; end < points.size() && points[end].step == points[first].step; ++end) {
+      auto& value = *values.Add();
+      value.set_tag(scalar_tags[points[end].tag]);
+      value.set_simple_value(static_cast<float>(points[end].value));
+    }
+    if (auto problem = write_record(summary_event); !problem.empty()) return problem;
+    first = end;
+  }
+  return {};
+}
+
+tensorboard::Summary& EventFileWriter::Impl::start_summary(double wall_time, std::int64_t step) {
+  summary_event.set_wall_time(wall_time);
+  summary_event.set_step(step);
+  auto& summary = *summary_event.mutable_summary();
+  summary.mutable_value()->Clear();
+  return summary;
+}
+
+std::string EventFileWriter::Impl::write_record(const tensorboard::Event& event) {
+  // TFRecord: length (8 bytes), its masked CRC (4), the serialized event, its masked CRC (4); all
+  // little-endian, built in one reused buffer.
+  constexpr std::size_t kHeader = 12;
+  record.resize(kHeader);
+  if (!event.AppendToString(&record)) {
+    return fmt::format("cannot encode an event for '{}': the protobuf does not serialize", path);
+  }
+  const std::size_t length = record.size() - kHeader;
+  store_le(record.data(), length, 8);
+  store_le(record.data() + 8, masked_crc(record.data(), 8), 4);
+  const std::uint32_t data_crc = masked_crc(record.data() + kHeader, length);
+  record.resize(record.size() + 4);
+  store_le(record.data() + kHeader + length, data_crc, 4);
   errno = 0;
   if (std::fwrite(record.data(), 1, record.size(), file) != record.size()) {
     return write_error(errno);
   }
   return {};
-}
-
-void EventFileWriter::Impl::encode(const QueuedEvent& queued) {
-  event.clear();
-  ProtoEncoder out(event);
-  out.double_field(field::kEventWallTime, queued.wall_time);
-  out.int64_field(field::kEventStep, queued.step);
-  switch (queued.kind) {
-    case QueuedEvent::Kind::FileVersion:
-      out.bytes_field(field::kEventFileVersion, kFileVersion);
-      break;
-    case QueuedEvent::Kind::SessionStart: {
-      std::string session;
-      ProtoEncoder(session).int64_field(field::kSessionLogStatus, field::kSessionLogStart);
-      out.bytes_field(field::kEventSessionLog, session);
-      break;
-    }
-    case QueuedEvent::Kind::Summary:
-      summary.clear();
-      for (const auto& summary_value : queued.values) {
-        encode_value(summary_value);
-        ProtoEncoder(summary).bytes_field(field::kSummaryValue, value);
-      }
-      out.bytes_field(field::kEventSummary, summary);
-      break;
-  }
-}
-
-void EventFileWriter::Impl::encode_value(const SummaryValue& summary_value) {
-  value.clear();
-  ProtoEncoder out(value);
-  out.bytes_field(field::kValueTag, summary_value.tag);
-  if (summary_value.kind == SummaryValue::Kind::Scalar) {
-    out.float_field(field::kValueSimpleValue, static_cast<float>(summary_value.value));
-    return;
-  }
-  const Histogram histogram = make_histogram(summary_value.values, summary_value.buckets);
-  histo.clear();
-  ProtoEncoder h(histo);
-  h.double_field(field::kHistoMin, histogram.min);
-  h.double_field(field::kHistoMax, histogram.max);
-  h.double_field(field::kHistoNum, histogram.num);
-  h.double_field(field::kHistoSum, histogram.sum);
-  h.double_field(field::kHistoSumSquares, histogram.sum_squares);
-  h.packed_doubles(field::kHistoBucketLimit, histogram.bucket_limit);
-  h.packed_doubles(field::kHistoBucket, histogram.bucket);
-  out.bytes_field(field::kValueHisto, histo);
 }
 
 }  // namespace torchbus

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -144,11 +145,10 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
                 static_cast<long long>(state.epoch), static_cast<long long>(state.step),
                 kCheckpointExtension);
   const auto path = options_.directory() / name;
-  auto bytes = trainer_->checkpoint_bytes();
   if (writer_) {
-    writer_->write(path, std::move(bytes));
+    writer_->write(path, trainer_->checkpoint_bytes());
   } else {
-    write_file_atomically(path, bytes);
+    trainer_->save_checkpoint(path);
   }
   last_saved_step_ = state.step;
   last_saved_epoch_ = state.epoch;
@@ -192,13 +192,8 @@ void ModelCheckpoint::prune() {
 }
 
 void ModelCheckpoint::link_last(const fs::path& newest) const {
-  const auto link = options_.directory() / (std::string("last") + kCheckpointExtension);
-  auto temporary = link;
-  temporary += ".tmp-link";
-  std::error_code error;
-  fs::remove(temporary, error);
-  fs::create_symlink(newest.filename(), temporary);
-  fs::rename(temporary, link);  // atomic replacement of the link
+  replace_with_symlink(options_.directory() / (std::string("last") + kCheckpointExtension),
+                       newest.filename());
 }
 
 std::vector<fs::path> ModelCheckpoint::kept() const {

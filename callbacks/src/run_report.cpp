@@ -1,15 +1,16 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/run_report.hpp>
-#include <torchbus/callbacks/svg_chart.hpp>
-#include <torchbus/checkpoint_file.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
+
+#include "svg_chart.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -339,22 +340,10 @@ void RunReport::on_step_start(State& /*state*/) {
 
 void RunReport::on_before_optimizer_step(State& state) {
   if (!options_.record_lr() || state.skip_update || warned_lr_) return;
-  std::string problem;
-  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
-    problem = "the optimizer has no parameter group";
-  } else {
-    try {
-      // The point of the update this step makes, as LearningRateScheduler records it.
-      lr_.push_back(MetricPoint{state.step + 1, state.epoch,
-                                state.optimizer->param_groups()[0].options().get_lr()});
-      return;
-    } catch (const std::exception& failure) {
-      problem = failure.what();
-    }
-  }
-  warned_lr_ = true;
-  logger()->warn("RunReport '{}': cannot read the learning rate ({}); the report has no lr chart",
-                 name(), problem);
+  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"RunReport", *this},
+                                             "the report has no lr chart");
+  // The point of the update this step makes, as LearningRateScheduler records it.
+  if (lr) lr_.push_back(MetricPoint{state.step + 1, state.epoch, *lr});
 }
 
 void RunReport::on_step_end(State& state) {

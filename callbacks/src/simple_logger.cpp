@@ -1,8 +1,8 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <torch/optim/optimizer.h>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
@@ -60,10 +60,8 @@ void SimpleLogger::log_step(State& state) {
       append_tensor(line_, names[i], state);
     } else if (!warned_[i]) {
       warned_[i] = true;
-      logger()->warn(
-          "SimpleLogger '{}': no tensor named '{}' at step {}; present: {}. It is left out of "
-          "the log (reported once)",
-          name(), names[i], state.step, detail::join_or_none(state.tensors.names()));
+      warn_tensor_not_logged(state, names[i], nullptr, {"SimpleLogger", *this},
+                             "it is left out of the log");
     }
   }
   if (options_.log_lr()) append_lr(line_, state);
@@ -107,25 +105,10 @@ void SimpleLogger::append_tensor(std::string& line, const std::string& name, Sta
 }
 
 void SimpleLogger::append_lr(std::string& line, State& state) {
-  std::string problem;
-  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
-    problem = "the optimizer has no parameter group";
-  } else {
-    try {
-      const double lr = state.optimizer->param_groups()[0].options().get_lr();
-      fmt::format_to(std::back_inserter(line), " lr={:.{}g}", lr, options_.precision());
-      return;
-    } catch (const std::exception& error) {
-      problem = error.what();
-    }
-  }
-  if (!warned_lr_) {
-    warned_lr_ = true;
-    logger()->warn(
-        "SimpleLogger '{}': cannot read the learning rate ({}); it is left out of the log "
-        "(reported once; set log_lr(false) to silence this)",
-        name(), problem);
-  }
+  const auto lr =
+      learning_rate_or_warn_once(state, warned_lr_, {"SimpleLogger", *this},
+                                 "it is left out of the log (set log_lr(false) to silence this)");
+  if (lr) fmt::format_to(std::back_inserter(line), " lr={:.{}g}", *lr, options_.precision());
 }
 
 }  // namespace torchbus

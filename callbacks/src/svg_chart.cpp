@@ -1,5 +1,6 @@
+#include "svg_chart.hpp"
+
 #include <spdlog/fmt/fmt.h>
-#include <torchbus/callbacks/svg_chart.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,16 +1,23 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <torch/optim/optimizer.h>
-#include <torchbus/callbacks/event_file_writer.hpp>
+#include <torch/nn/module.h>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
+#include <torchbus/connection.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/filter.hpp>
+#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <system_error>
+
+#include "event_file_writer.hpp"
 
 namespace torchbus {
 
@@ -23,6 +30,14 @@ constexpr const char* kMetricPrefix = "metrics/";
 constexpr const char* kLrTag = "train/lr";
 constexpr const char* kEpochTimeTag = "epoch/time_s";
 constexpr const char* kEpochsCompletedTag = "epoch/completed";
+constexpr const char* kParameterPrefix = "parameters/";
+constexpr const char* kGradientPrefix = "gradients/";
+constexpr const char* kRunOptionsTag = "run_options";
+/// The sub-runs of group_train_val, and the metric prefixes that go into them.
+constexpr const char* kTrainRunDirectory = "train";
+constexpr const char* kValRunDirectory = "val";
+constexpr std::string_view kTrainMetricPrefix = "train_";
+constexpr std::string_view kValMetricPrefix = "val_";
 
 /// The elements of `tensor` as doubles (a copy to the host: a sync on an accelerator).
 std::vector<double> host_values(const at::Tensor& tensor) {
@@ -31,8 +46,43 @@ std::vector<double> host_values(const at::Tensor& tensor) {
   return std::vector<double>(data, data + values.numel());
 }
 
-std::string shape_of(const at::Tensor& tensor) {
-  return fmt::format("[{}]", fmt::join(tensor.sizes(), ", "));
+/// Whether a histogram can be made of `tensor`'s elements.
+bool histogram_of_it(const at::Tensor& tensor) {
+  return tensor.defined() && !tensor.is_complex() && tensor.numel() > 0;
+}
+
+/// `text` as a cell of a Markdown table: pipes escaped, line breaks as spaces.
+std::string markdown_cell(const std::string& text) {
+  std::string cell;
+  cell.reserve(text.size());
+  for (char c : text) {
+    if (c == '|') {
+      cell += "\\|";
+    } else {
+      cell += (c == '\n' || c == '\r') ? ' ' : c;
+    }
+  }
+  return cell;
+}
+
+/// A two-column Markdown table of `rows`.
+std::string markdown_table(const std::vector<std::pair<std::string, std::string>>& rows) {
+  std::string table = "| option | value |\n|---|---|\n";
+  for (const auto& [key, value] : rows) {
+    table += fmt::format("| {} | {} |\n", markdown_cell(key), markdown_cell(value));
+  }
+  return table;
+}
+
+/// The sub-run and the tag of metric `name` under group_train_val: `val_<x>` and `train_<x>` as
+/// `<x>`; nothing for other metrics.
+std::optional<std::pair<bool, std::string>> grouped_metric(const std::string& name) {
+  for (const auto prefix : {kValMetricPrefix, kTrainMetricPrefix}) {
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+      return std::make_pair(prefix == kTrainMetricPrefix, name.substr(prefix.size()));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -50,6 +100,9 @@ void TensorBoardLoggerOptions::validate() const {
                  "TensorBoardLogger: histogram_freq must be >= 1, got ", histogram_freq());
   TORCHBUS_CHECK(histogram_buckets() >= 1, ConfigError,
                  "TensorBoardLogger: histogram_buckets must be >= 1, got ", histogram_buckets());
+  TORCHBUS_CHECK(parameter_histogram_freq() >= 0, ConfigError,
+                 "TensorBoardLogger: parameter_histogram_freq must be >= 0 (0: never), got ",
+                 parameter_histogram_freq());
   TORCHBUS_CHECK(queue_capacity() >= 1, ConfigError,
                  "TensorBoardLogger: queue_capacity must be >= 1, got ", queue_capacity());
   std::vector<std::string> seen;
@@ -66,6 +119,10 @@ void TensorBoardLoggerOptions::validate() const {
   for (const auto& name : metrics_to_log()) {
     TORCHBUS_CHECK(!name.empty(), ConfigError,
                    "TensorBoardLogger: metrics_to_log contains an empty name");
+  }
+  for (const auto& row : run_options()) {
+    TORCHBUS_CHECK(!row.first.empty(), ConfigError,
+                   "TensorBoardLogger: run_options has a row with an empty option name");
   }
 }
 
@@ -84,10 +141,32 @@ std::string TensorBoardLogger::who() const {
   return "TensorBoardLogger '" + name() + "'";
 }
 
+TensorBoardLogger& TensorBoardLogger::add_option(std::string key, std::string value) {
+  TORCHBUS_CHECK(!key.empty(), ConfigError, who(), ": add_option needs an option name");
+  auto& rows = options_.run_options();
+  const auto row = std::find_if(rows.begin(), rows.end(),
+                                [&](const auto& existing) { return existing.first == key; });
+  if (row != rows.end()) {
+    row->second = std::move(value);
+  } else {
+    rows.emplace_back(std::move(key), std::move(value));
+  }
+  return *this;
+}
+
+void TensorBoardLogger::on_added(Trainer& trainer) {
+  const auto every_n = options_.parameter_histogram_freq();
+  if (every_n <= 0) return;
+  // Gradients are cleared before StepEnd: the histograms are taken after the optimizer step.
+  parameter_histograms_ = std::make_unique<ScopedConnection>(trainer.on(
+      Event::AfterOptimizerStep, every(every_n),
+      [this](State& state) { write_parameter_histograms(state); }, priority()));
+}
+
 // ---- the file -----------------------------------------------------------------------------------
 
 void TensorBoardLogger::on_action_start(State& /*state*/) {
-  writer_.reset();
+  for (auto& writer : writers_) writer.reset();
   const fs::path directory(options_.log_dir());
   std::error_code error;
   fs::create_directories(directory, error);
@@ -96,83 +175,127 @@ void TensorBoardLogger::on_action_start(State& /*state*/) {
                  "; expected a writable directory for the event files");
   TORCHBUS_CHECK(fs::is_directory(directory, error), ConfigError, who(), ": log_dir '",
                  directory.string(), "' is not a directory");
+  if (options_.group_train_val()) {
+    // The sub-runs' files are created when first written to, their directories now: a problem
+    // shows before training starts.
+    for (const char* sub_run : {kTrainRunDirectory, kValRunDirectory}) {
+      fs::create_directories(directory / sub_run, error);
+      TORCHBUS_CHECK(!error, ConfigError, who(), ": cannot create the sub-run directory '",
+                     (directory / sub_run).string(), "': ", error.message());
+    }
+  }
   file_ = (directory / event_file_name()).string();
+  std::vector<std::string> scalar_tags = tags_;
+  scalar_tags.emplace_back(kLrTag);
   try {
-    writer_ = std::make_unique<EventFileWriter>(
-        file_, static_cast<std::size_t>(options_.queue_capacity()));
+    writers_[kMainRun] = std::make_unique<EventFileWriter>(
+        file_, static_cast<std::size_t>(options_.queue_capacity()), std::move(scalar_tags));
   } catch (const ConfigError& failure) {
     throw ConfigError(detail::concat(who(), ": cannot write into the log directory '",
                                      directory.string(), "': ", failure.what()));
   }
+  pending_.reserve(kHandOverValues);
   begun_ = false;
+  resume_step_ = 0;
+}
+
+EventFileWriter& TensorBoardLogger::writer(Run run) const {
+  auto& writer = writers_[run];
+  if (writer) return *writer;
+  // A sub-run: its scalar tags are the names of tensors_to_log (without "train/").
+  const fs::path file = fs::path(options_.log_dir()) /
+                        (run == kTrainRun ? kTrainRunDirectory : kValRunDirectory) /
+                        event_file_name();
+  try {
+    writer = std::make_unique<EventFileWriter>(file.string(),
+                                               static_cast<std::size_t>(options_.queue_capacity()),
+                                               options_.tensors_to_log());
+  } catch (const ConfigError& failure) {
+    throw ConfigError(detail::concat(who(), ": ", failure.what()));
+  }
+  if (resume_step_ > 0) writer->add_session_start(resume_step_ + 1);
+  return *writer;
 }
 
 void TensorBoardLogger::on_action_end(State& /*state*/) {
-  if (!writer_) return;
+  if (!writers_[kMainRun]) return;
   for (auto& tensor : captured_) tensor.reset();
   try {
     hand_over();
   } catch (...) {
     pending_.clear();
-    writer_.reset();  // closes the file; its error is the one being thrown
+    for (auto& writer : writers_) writer.reset();  // closes the files; the error is being thrown
     throw;
   }
-  const std::unique_ptr<EventFileWriter> writer = std::move(writer_);
-  try {
-    writer->close();
-  } catch (const Error& failure) {
-    throw Error(detail::concat(who(), ": ", failure.what()));
+  // Should one fail, the others are closed (their errors logged) as `writers` goes.
+  auto writers = std::move(writers_);
+  for (auto& writer : writers) {
+    if (!writer) continue;
+    try {
+      writer->close();
+    } catch (const Error& failure) {
+      throw Error(detail::concat(who(), ": ", failure.what()));
+    }
   }
 }
 
 void TensorBoardLogger::save_state(torch::serialize::OutputArchive& /*archive*/) const {
-  if (!writer_) return;
+  if (!writers_[kMainRun]) return;
   hand_over();
-  try {
-    writer_->flush();
-  } catch (const Error& failure) {
-    throw Error(detail::concat(who(), ": ", failure.what()));
+  for (const auto& writer : writers_) {
+    if (!writer) continue;
+    try {
+      writer->flush();
+    } catch (const Error& failure) {
+      throw Error(detail::concat(who(), ": ", failure.what()));
+    }
   }
 }
 
 void TensorBoardLogger::on_exception(State& /*state*/) {
-  if (!writer_) return;
+  if (!writers_[kMainRun]) return;
   try {
     hand_over();
-    writer_->flush();
+    for (const auto& writer : writers_) {
+      if (writer) writer->flush();
+    }
   } catch (const std::exception& failure) {
     logger()->error("{}: {}", who(), failure.what());
   }
 }
 
-void TensorBoardLogger::write(std::int64_t step, std::vector<SummaryValue> values) {
+void TensorBoardLogger::write(Run run, std::int64_t step, std::vector<SummaryValue> values) {
   hand_over();  // the steps before this event first
-  submit(step, std::move(values), wall_time_now());
+  submit(run, step, std::move(values), wall_time_now());
 }
 
-void TensorBoardLogger::submit(std::int64_t step, std::vector<SummaryValue> values,
+void TensorBoardLogger::submit(Run run, std::int64_t step, std::vector<SummaryValue> values,
                                double wall_time) const {
   try {
-    writer_->add_summary(step, std::move(values), wall_time);
+    writer(run).add_summary(step, std::move(values), wall_time);
   } catch (const Error& failure) {
     throw Error(detail::concat(who(), ": ", failure.what()));
   }
 }
 
 void TensorBoardLogger::hand_over() const {
-  // One event per step, in the order recorded.
-  for (std::size_t first = 0; first < pending_.size();) {
-    std::size_t end = first;
-    std::vector<SummaryValue> values;
-    for (; end < pending_.size() && pending_[end].step == pending_[first].step; ++end) {
-      const auto tag = pending_[end].tag;
-      values.push_back(
-          SummaryValue::scalar(tag < tags_.size() ? tags_[tag] : kLrTag, pending_[end].value));
+  if (pending_.empty()) return;
+  try {
+    if (options_.group_train_val()) {
+      // The tensors' scalars (not the learning rate) again in the train sub-run, as "<name>".
+      std::vector<ScalarPoint> grouped;
+      for (const auto& point : pending_) {
+        if (point.tag < tags_.size()) grouped.push_back(point);
+      }
+      if (!grouped.empty()) writer(kTrainRun).add_scalars(std::move(grouped));
     }
-    submit(pending_[first].step, std::move(values), pending_[first].wall_time);
-    first = end;
+    // One burst, one queue entry; the writer thread makes an event per step.
+    writers_[kMainRun]->add_scalars(std::move(pending_));
+  } catch (const Error& failure) {
+    throw Error(detail::concat(who(), ": ", failure.what()));
   }
-  pending_.clear();
+  pending_.clear();  // moved from: empty, without its buffer
+  pending_.reserve(kHandOverValues);
 }
 
 // ---- the resume point ---------------------------------------------------------------------------
@@ -188,7 +311,7 @@ void TensorBoardLogger::on_eval_start(State& state) {
 
 void TensorBoardLogger::begin(State& state) {
   begun_ = true;
-  if (!writer_) return;
+  if (!writers_[kMainRun]) return;
   // Counters and metrics restored by a resume are in place by now. Points already in the history
   // were written by the run that recorded them.
   written_.clear();
@@ -196,8 +319,15 @@ void TensorBoardLogger::begin(State& state) {
   for (const auto& metric : state.metrics.names()) {
     written_[metric] = state.metrics.series(metric).size();
   }
-  // A resumed run: TensorBoard drops what the previous run wrote after the resume point.
-  if (state.step > 0) writer_->add_session_start(state.step + 1);
+  // A resumed run: TensorBoard drops what the previous run wrote after the resume point (the
+  // sub-runs' writers, created later, do the same).
+  resume_step_ = state.step;
+  if (state.step > 0) writers_[kMainRun]->add_session_start(state.step + 1);
+  if (!options_.run_options().empty()) {
+    std::vector<SummaryValue> text;
+    text.push_back(SummaryValue::text(kRunOptionsTag, markdown_table(options_.run_options())));
+    submit(kMainRun, state.step, std::move(text), wall_time_now());
+  }
 }
 
 // ---- steps --------------------------------------------------------------------------------------
@@ -208,7 +338,7 @@ bool TensorBoardLogger::due(std::int64_t step) const noexcept {
 
 void TensorBoardLogger::on_batch_end(State& state) {
   // Batch tensors such as "output" are gone at StepEnd: keep them when the step will be written.
-  if (!writer_ || captured_.empty() || !due(state.step + 1)) return;
+  if (!writers_[kMainRun] || captured_.empty() || !due(state.step + 1)) return;
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (const at::Tensor* tensor = state.tensors.find(names[i])) captured_[i] = *tensor;
@@ -217,7 +347,7 @@ void TensorBoardLogger::on_batch_end(State& state) {
 
 void TensorBoardLogger::on_step_end(State& state) {
   // While an exception escapes, the step did not complete: StepEnd fires only to close it.
-  if (!writer_ || state.error || !due(state.step)) return;
+  if (!writers_[kMainRun] || state.error || !due(state.step)) return;
   const bool scalars = state.step % options_.step_freq() == 0;
   const bool histograms = state.step % options_.histogram_freq() == 0;
   std::vector<SummaryValue> histogram_values;
@@ -232,7 +362,7 @@ void TensorBoardLogger::on_step_end(State& state) {
   }
   for (auto& tensor : captured_) tensor.reset();
   if (!histogram_values.empty()) {
-    write(state.step, std::move(histogram_values));
+    write(kMainRun, state.step, std::move(histogram_values));
   } else if (!pending_.empty() &&
              (pending_.size() >= kHandOverValues ||
               pending_.back().wall_time - pending_.front().wall_time >= kHandOverSeconds)) {
@@ -247,8 +377,8 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& histogram_values, 
   const bool scalar = tensor != nullptr && tensor->defined() && tensor->numel() == 1;
   if (tensor != nullptr && tensor->defined() && !tensor->is_complex() && tensor->numel() > 0) {
     if (scalar && scalars) {
-      pending_.push_back(PendingScalar{state.step, wall_time, static_cast<std::uint32_t>(index),
-                                       scalar_value(*tensor)});
+      pending_.push_back(ScalarPoint{state.step, wall_time, static_cast<std::uint32_t>(index),
+                                     scalar_value(*tensor)});
     } else if (!scalar && histograms) {
       histogram_values.push_back(SummaryValue::histogram(tags_[index], host_values(*tensor),
                                                          options_.histogram_buckets()));
@@ -257,58 +387,54 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& histogram_values, 
   }
   if (warned_[index]) return;
   warned_[index] = true;
-  if (tensor == nullptr) {
-    logger()->warn(
-        "{}: no tensor named '{}' at step {} nor in its batches; present at StepEnd: {}. It is "
-        "not written (reported once)",
-        who(), name, state.step, detail::join_or_none(state.tensors.names()));
-  } else if (!tensor->defined()) {
-    logger()->warn("{}: tensor '{}' is undefined at step {}; it is not written (reported once)",
-                   who(), name, state.step);
-  } else {
-    logger()->warn(
-        "{}: tensor '{}' of shape {} is {}; only real tensors with elements are written (reported "
-        "once)",
-        who(), name, shape_of(*tensor), tensor->is_complex() ? "complex" : "empty");
-  }
+  warn_tensor_not_logged(state, name, tensor, {"TensorBoardLogger", *this},
+                         "only real tensors with elements are written");
 }
 
 void TensorBoardLogger::add_lr(const State& state, double wall_time) {
-  std::string problem;
-  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
-    problem = "the optimizer has no parameter group";
-  } else {
-    try {
-      pending_.push_back(PendingScalar{state.step, wall_time,
-                                       static_cast<std::uint32_t>(tags_.size()),
-                                       state.optimizer->param_groups()[0].options().get_lr()});
-      return;
-    } catch (const std::exception& error) {
-      problem = error.what();
+  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"TensorBoardLogger", *this},
+                                             "train/lr is not written");
+  if (lr) {
+    pending_.push_back(
+        ScalarPoint{state.step, wall_time, static_cast<std::uint32_t>(tags_.size()), *lr});
+  }
+}
+
+void TensorBoardLogger::write_parameter_histograms(const State& state) {
+  // Subscribed on every rank: only where the logger runs (and during an action) is there a file.
+  if (!writers_[kMainRun] || state.model == nullptr) return;
+  std::vector<SummaryValue> values;
+  for (const auto& parameter : state.model->named_parameters()) {
+    const at::Tensor& weights = parameter.value();
+    if (histogram_of_it(weights)) {
+      values.push_back(SummaryValue::histogram(kParameterPrefix + parameter.key(),
+                                               host_values(weights), options_.histogram_buckets()));
+    }
+    const at::Tensor& gradient = weights.grad();
+    if (histogram_of_it(gradient)) {
+      values.push_back(SummaryValue::histogram(
+          kGradientPrefix + parameter.key(), host_values(gradient), options_.histogram_buckets()));
     }
   }
-  if (!warned_lr_) {
-    warned_lr_ = true;
-    logger()->warn("{}: cannot read the learning rate ({}); train/lr is not written", who(),
-                   problem);
-  }
+  // The step this optimizer step completes (state.step counts it at StepEnd).
+  if (!values.empty()) write(kMainRun, state.step + 1, std::move(values));
 }
 
 // ---- epochs and metrics -------------------------------------------------------------------------
 
 void TensorBoardLogger::on_eval_end(State& state) {
-  if (writer_) write_new_metrics(state);
+  if (writers_[kMainRun]) write_new_metrics(state);
 }
 
 void TensorBoardLogger::on_epoch_end(State& state) {
-  if (!writer_) return;
+  if (!writers_[kMainRun]) return;
   if (options_.log_epoch() && !state.error) {
     const std::chrono::duration<double> elapsed = Clock::now() - epoch_start_;
     std::vector<SummaryValue> values;
     values.push_back(SummaryValue::scalar(kEpochTimeTag, elapsed.count()));
     values.push_back(
         SummaryValue::scalar(kEpochsCompletedTag, static_cast<double>(state.epoch + 1)));
-    write(state.step, std::move(values));
+    write(kMainRun, state.step, std::move(values));
   }
   write_new_metrics(state);
 }
@@ -321,19 +447,34 @@ bool TensorBoardLogger::wanted_metric(const std::string& name) const {
 
 void TensorBoardLogger::write_new_metrics(State& state) {
   if (!options_.log_metrics()) return;
-  // Every point not written yet, at its own step; the points of one step in one event.
-  std::map<std::int64_t, std::vector<SummaryValue>> by_step;
+  // Every point not written yet, at its own step; the points of one step and run in one event.
+  std::array<std::map<std::int64_t, std::vector<SummaryValue>>, kRunCount> by_step;
+  const auto& tensors = options_.tensors_to_log();
   for (const auto& metric : state.metrics.names()) {
     if (!wanted_metric(metric)) continue;
+    // Under group_train_val also as "<x>" in a sub-run; not train_<x> when the step scalars of
+    // tensor <x> go there already.
+    std::optional<std::pair<bool, std::string>> grouped;
+    if (options_.group_train_val()) grouped = grouped_metric(metric);
+    if (grouped && grouped->first &&
+        std::find(tensors.begin(), tensors.end(), grouped->second) != tensors.end()) {
+      grouped.reset();
+    }
     const auto& series = state.metrics.series(metric);
     std::size_t& written = written_[metric];
     for (std::size_t i = std::min(written, series.size()); i < series.size(); ++i) {
-      by_step[series[i].step].push_back(
+      by_step[kMainRun][series[i].step].push_back(
           SummaryValue::scalar(kMetricPrefix + metric, series[i].value));
+      if (grouped) {
+        by_step[grouped->first ? kTrainRun : kValRun][series[i].step].push_back(
+            SummaryValue::scalar(grouped->second, series[i].value));
+      }
     }
     written = series.size();
   }
-  for (auto& [step, values] : by_step) write(step, std::move(values));
+  for (const Run run : {kMainRun, kTrainRun, kValRun}) {
+    for (auto& [step, values] : by_step[run]) write(run, step, std::move(values));
+  }
 }
 
 }  // namespace torchbus

@@ -359,23 +359,21 @@ void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
 
 /// The run's options, for summary.json and the report.
 train::JsonObject describe_run(const Flags& flags) {
-  train::JsonObject options;
-  options.add("data", flags.data)
-      .add("model", flags.model)
-      .add("epochs", flags.epochs)
-      .add("max_steps", flags.max_steps)
-      .add("batch_size", flags.batch_size)
-      .add("accumulate", flags.accumulate)
-      .add("lr", flags.lr)
-      .add("optimizer", flags.optimizer)
-      .add("precision", flags.precision)
-      .add("channels_last", flags.channels_last ? "1" : "0")
-      .add("scheduler", flags.scheduler)
-      .add("seed", static_cast<std::int64_t>(flags.seed))
-      .add("val_every", flags.val_every)
-      .add("val_every_steps", flags.val_every_steps)
-      .add("threads", static_cast<std::int64_t>(flags.threads));
-  return options;
+  return {{"data", flags.data},
+          {"model", flags.model},
+          {"epochs", flags.epochs},
+          {"max_steps", flags.max_steps},
+          {"batch_size", flags.batch_size},
+          {"accumulate", flags.accumulate},
+          {"lr", flags.lr},
+          {"optimizer", flags.optimizer},
+          {"precision", flags.precision},
+          {"channels_last", flags.channels_last ? "1" : "0"},
+          {"scheduler", flags.scheduler},
+          {"seed", static_cast<std::int64_t>(flags.seed)},
+          {"val_every", flags.val_every},
+          {"val_every_steps", flags.val_every_steps},
+          {"threads", flags.threads}};
 }
 
 /// The data source with file paths made absolute, so that a resume from elsewhere matches.
@@ -597,10 +595,16 @@ int run(const Flags& flags) {
                                                    .title("torchbus-train: " + flags.data));
   const auto run_options = describe_run(flags);
   if (outputs.run_report) {
-    for (const auto& [key, value] : run_options.text_members()) {
+    for (const auto& [key, value] : train::text_members(run_options)) {
       outputs.run_report->add_option(key, value);
     }
     outputs.run_report->add_option("world_size", std::to_string(world_size));
+  }
+  if (outputs.tensorboard_logger) {  // the run's options in TensorBoard's Text tab
+    for (const auto& [key, value] : train::text_members(run_options)) {
+      outputs.tensorboard_logger->add_option(key, value);
+    }
+    outputs.tensorboard_logger->add_option("world_size", std::to_string(world_size));
   }
   if (flags.checkpoints) {
     trainer.add(std::make_shared<torchbus::ModelCheckpoint>(
@@ -640,22 +644,25 @@ int run(const Flags& flags) {
   const auto write_summary = [&](const std::string& stop_reason, int exit_code, double seconds) {
     // Every rank reads as many samples per step (Shard::equal_sizes).
     const auto all_samples = static_cast<double>(samples) * world_size;
-    train::JsonObject summary;
-    summary.add("options", run_options)
-        .add("identity", identity)
-        .add("world_size", static_cast<std::int64_t>(world_size))
-        .add("steps", state.step)
-        .add("epochs", state.epoch)
-        .add("final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch"))
-        .add("final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy"))
-        .add("final_val_loss", latest_or_nan(state.metrics, "val_loss"))
-        .add("final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy"))
-        .add("wall_seconds", seconds)
-        .add("samples_per_second", seconds > 0 ? all_samples / seconds : 0.0)
-        .add("stop_reason", stop_reason)
-        .add("exit_code", static_cast<std::int64_t>(exit_code))
-        .add("params_sha256", train::parameters_sha256(*model));
-    torchbus::write_file_atomically(out / "summary.json", summary.str() + "\n");
+    const train::JsonObject summary = {
+        {"options", run_options},
+        {"identity", identity},
+        {"world_size", world_size},
+        {"steps", state.step},
+        {"epochs", state.epoch},
+        {"final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch")},
+        {"final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy")},
+        {"final_val_loss", latest_or_nan(state.metrics, "val_loss")},
+        {"final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy")},
+        {"wall_seconds", seconds},
+        {"samples_per_second", seconds > 0 ? all_samples / seconds : 0.0},
+        {"stop_reason", stop_reason},
+        {"exit_code", exit_code},
+        {"params_sha256", train::parameters_sha256(*model)}};
+    // Non-finite numbers (a diverged loss, a metric never computed) are written as null, bytes
+    // that are not UTF-8 (in a data path) as U+FFFD.
+    const auto text = summary.dump(2, ' ', false, train::JsonObject::error_handler_t::replace);
+    torchbus::write_file_atomically(out / "summary.json", text + "\n");
   };
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -1,6 +1,6 @@
 #include "run_directory.hpp"
 
-#include <torchbus/checkpoint_file.hpp>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/error.hpp>
 
 #include <fstream>

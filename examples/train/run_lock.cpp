@@ -9,10 +9,10 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <torchbus/logging.hpp>
+#include <torchbus/system_error_text.hpp>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -48,13 +48,13 @@ std::optional<long> lock_holder(int fd) {
 RunLock::RunLock(const std::filesystem::path& directory) {
   fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   TORCHBUS_CHECK(fd_ >= 0, torchbus::Error, "cannot open the run directory '", directory.string(),
-                 "' to lock it: ", std::strerror(errno));
+                 "' to lock it: ", torchbus::system_error_text(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
   const int error = errno;
   if (error != EWOULDBLOCK) {
     torchbus::logger()->warn(
         "cannot lock the run directory {} ({}): a second launch into it would not be refused",
-        directory.string(), std::strerror(error));
+        directory.string(), torchbus::system_error_text(error));
     return;
   }
   const auto holder = lock_holder(fd_);

@@ -1,10 +1,12 @@
 #pragma once
 
-// SHA-256 (FIPS 180-4), for the checksum of a run's final parameters.
+// SHA-256 (FIPS 180-4) through OpenSSL's EVP digest API, for the checksum of a run's final
+// parameters.
 
-#include <array>
+#include <openssl/evp.h>
+
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace train {
@@ -19,11 +21,7 @@ class Sha256 {
   std::string hex_digest();
 
  private:
-  void compress(const std::uint8_t* block);
-  std::array<std::uint32_t, 8> state_;
-  std::array<std::uint8_t, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  std::uint64_t total_bytes_ = 0;
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context_;
 };
 
 }  // namespace train

@@ -1,23 +1,14 @@
 #include <torchbus/callback.hpp>
 #include <torchbus/error.hpp>
 
-#include <cxxabi.h>
-
-#include <cstdlib>
-#include <memory>
-#include <typeinfo>
+#include "type_name.hpp"
 
 namespace torchbus {
 
 Callback::Callback(std::string name, int priority) : name_(std::move(name)), priority_(priority) {}
 
 std::string Callback::name() const {
-  if (!name_.empty()) return name_;
-  const char* mangled = typeid(*this).name();
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(
-      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-  return status == 0 && demangled ? std::string(demangled.get()) : std::string(mangled);
+  return name_.empty() ? type_name(typeid(*this)) : name_;
 }
 
 Callback& Callback::set_priority(int priority) noexcept {

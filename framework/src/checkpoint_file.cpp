@@ -1,13 +1,13 @@
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/checkpoint_file.hpp>
-#include <torchbus/crc32c.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 
+#include "checkpoint_format.hpp"
+#include "crc32c.hpp"
+
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -27,7 +27,6 @@ constexpr char kMagic[8] = {'T', 'B', 'C', 'K', 'P', 'T', '\r', '\n'};
 constexpr std::size_t kFixedHeaderSize = 8 + 4 + 8 + 4 + 8 + 4;
 constexpr std::size_t kVersion1HeaderSize = 8 + 4 + 8 + 8 + 4;
 constexpr std::size_t kMaxIdentitySize = 1 << 20;
-constexpr const char* kTemporaryMarker = ".tmp-";
 
 template <typename Integer>
 void put(std::string& out, Integer value) {
@@ -45,28 +44,6 @@ Integer get(const char* in) {
   return static_cast<Integer>(value);
 }
 
-std::string system_error(const std::string& what, const fs::path& path) {
-  return detail::concat(what, " ", path.string(), ": ", std::strerror(errno));
-}
-
-void write_all(int fd, const std::string& bytes, const fs::path& path) {
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const auto result = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (result < 0 && errno == EINTR) continue;
-    if (result < 0) throw CheckpointError(system_error("cannot write", path));
-    written += static_cast<std::size_t>(result);
-  }
-}
-
-void fsync_path(const fs::path& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw CheckpointError(system_error("cannot open for fsync", path));
-  const int result = ::fsync(fd);
-  ::close(fd);
-  if (result != 0) throw CheckpointError(system_error("cannot fsync", path));
-}
-
 }  // namespace
 
 std::string frame_checkpoint(const std::string& payload, std::int64_t step,
@@ -78,8 +55,10 @@ std::string frame_checkpoint(const std::string& payload, std::int64_t step,
   put<std::uint32_t>(framed, static_cast<std::uint32_t>(identity.size()));
   framed += identity;
   put<std::uint64_t>(framed, payload.size());
-  put<std::uint32_t>(framed,
-                     crc32c(payload.data(), payload.size(), crc32c(framed.data(), framed.size())));
+  Crc32c crc;
+  crc.process_bytes(framed.data(), framed.size());
+  crc.process_bytes(payload.data(), payload.size());
+  put<std::uint32_t>(framed, crc.checksum());
   framed += payload;
   return framed;
 }
@@ -115,8 +94,10 @@ std::string read_checkpoint_payload(const fs::path& path, CheckpointHeader* head
                  " is truncated or padded: its header announces ", size,
                  " payload bytes, the file holds ", bytes.size() - header_size);
   const auto expected_crc = get<std::uint32_t>(bytes.data() + offset + 8);
-  const auto header_crc = version >= 2 ? crc32c(bytes.data(), offset + 8) : 0;
-  const auto crc = crc32c(bytes.data() + header_size, size, header_crc);
+  Crc32c checksum;  // version 1 covers the payload, version 2 the header too
+  if (version >= 2) checksum.process_bytes(bytes.data(), offset + 8);
+  checksum.process_bytes(bytes.data() + header_size, size);
+  const auto crc = checksum.checksum();
   TORCHBUS_CHECK(crc == expected_crc, CheckpointError, "checkpoint ", path.string(),
                  " is corrupt: its CRC-32C is ", crc, ", the header says ", expected_crc);
   if (header != nullptr) {
@@ -127,39 +108,12 @@ std::string read_checkpoint_payload(const fs::path& path, CheckpointHeader* head
   return bytes.substr(header_size);
 }
 
-void write_file_atomically(const fs::path& path, const std::string& bytes) {
-  const auto directory = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  auto temporary = path;
-  temporary += detail::concat(kTemporaryMarker, ::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError(system_error("cannot create", temporary));
+void write_checkpoint_file(const fs::path& path, std::string_view bytes) {
   try {
-    write_all(fd, bytes, temporary);
-    if (::fsync(fd) != 0) throw CheckpointError(system_error("cannot fsync", temporary));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
+    write_file_atomically(path, bytes);
+  } catch (const Error& failure) {
+    throw CheckpointError(failure.what());  // it names the file and the system's reason
   }
-  ::close(fd);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const auto message = system_error("cannot rename into place", path);
-    ::unlink(temporary.c_str());
-    throw CheckpointError(message);
-  }
-  fsync_path(directory, O_RDONLY | O_DIRECTORY);
-}
-
-int remove_stale_temporaries(const fs::path& directory) {
-  int removed = 0;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    if (entry.is_regular_file() &&
-        entry.path().filename().string().find(kTemporaryMarker) != std::string::npos) {
-      if (fs::remove(entry.path(), error)) ++removed;
-    }
-  }
-  return removed;
 }
 
 std::vector<CheckpointCandidate> valid_checkpoints(const fs::path& directory) {
@@ -237,7 +191,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write(fs::path path, std::string bytes) {
   flush();
   in_flight_ = std::async(std::launch::async, [path = std::move(path), bytes = std::move(bytes)] {
-    write_file_atomically(path, bytes);
+    write_checkpoint_file(path, bytes);
   });
 }
 

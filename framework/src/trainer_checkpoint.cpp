@@ -2,13 +2,15 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/checkpoint_file.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
 
-#include <cxxabi.h>
+#include "checkpoint_format.hpp"
+#include "type_name.hpp"
 
 #include <sstream>
 
@@ -21,13 +23,6 @@ using torch::serialize::OutputArchive;
 
 /// Version of the payload's entries (the framing has its own, kCheckpointFormatVersion).
 constexpr std::int64_t kPayloadFormatVersion = 1;
-
-std::string type_name(const std::type_info& type) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(
-      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
-  return status == 0 && demangled ? demangled.get() : type.name();
-}
 
 std::string join_lines(const std::vector<std::string>& names) {
   std::string out;
@@ -271,7 +266,7 @@ std::string Trainer::checkpoint_bytes() {
 }
 
 void Trainer::save_checkpoint(const fs::path& path) {
-  write_file_atomically(path, checkpoint_bytes());
+  write_checkpoint_file(path, checkpoint_bytes());
 }
 
 void Trainer::resume_from(fs::path path) {

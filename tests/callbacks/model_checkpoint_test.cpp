@@ -15,13 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::set<std::string> checkpoint_files(const fs::path& folder) {
-  std::set<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder))
-    names.insert(entry.path().filename().string());
-  return names;
-}
-
 struct CheckpointRun : Run {
   explicit CheckpointRun(TrainerOptions options = TrainerOptions().max_epochs(2))
       : Run(std::move(options)) {}
@@ -67,10 +60,10 @@ BOOST_AUTO_TEST_CASE(saves_at_the_expected_steps_and_links_last) {
       ModelCheckpointOptions(folder).every_n_steps(3).every_n_epochs(0).save_top_k(-1));
   run.trainer.add(checkpoint);
   run.fit();
-  BOOST_TEST(checkpoint_files(folder) ==
-                 (std::set<std::string>{"epoch-000-step-000003.tbckpt",
-                                        "epoch-001-step-000006.tbckpt", "last.tbckpt"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      entry_names(folder) == (std::set<std::string>{"epoch-000-step-000003.tbckpt",
+                                                    "epoch-001-step-000006.tbckpt", "last.tbckpt"}),
+      boost::test_tools::per_element());
   BOOST_TEST(fs::read_symlink(folder / "last.tbckpt") == "epoch-001-step-000006.tbckpt");
   CheckpointHeader header;
   read_checkpoint_payload(folder / "last.tbckpt", &header);
@@ -89,10 +82,10 @@ BOOST_AUTO_TEST_CASE(an_exception_mid_step_saves_nothing_and_logs_no_error) {
   });
   CapturedLog log;
   BOOST_CHECK_THROW(run.fit(), std::runtime_error);
-  BOOST_TEST(checkpoint_files(folder) ==
-                 (std::set<std::string>{"epoch-000-step-000001.tbckpt",
-                                        "epoch-000-step-000002.tbckpt", "last.tbckpt"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      entry_names(folder) == (std::set<std::string>{"epoch-000-step-000001.tbckpt",
+                                                    "epoch-000-step-000002.tbckpt", "last.tbckpt"}),
+      boost::test_tools::per_element());
   const auto errors = log.messages("error");
   BOOST_TEST(errors.empty(), (errors.empty() ? std::string() : errors.front()));
 }
@@ -110,7 +103,7 @@ BOOST_AUTO_TEST_CASE(keeps_the_best_k_by_a_monitored_metric) {
   run.fit(6);
   // The two best, plus the newest that `last` points to.
   BOOST_TEST(
-      checkpoint_files(folder) ==
+      entry_names(folder) ==
           (std::set<std::string>{"epoch-000-step-000002.tbckpt", "epoch-000-step-000004.tbckpt",
                                  "epoch-000-step-000006.tbckpt", "last.tbckpt"}),
       boost::test_tools::per_element());
@@ -129,7 +122,7 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
         std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder).every_n_epochs(0)));
     run.fit();
   }
-  BOOST_TEST(checkpoint_files(folder).count("epoch-001-step-000005.tbckpt") == 1u);
+  BOOST_TEST(entry_names(folder).count("epoch-001-step-000005.tbckpt") == 1u);
   CheckpointRun resumed(TrainerOptions().max_epochs(3));
   std::int64_t step_at_start = -1;
   resumed.trainer.on(Event::ActionStart, [&](State& s) { step_at_start = s.step; });

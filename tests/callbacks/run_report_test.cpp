@@ -10,7 +10,8 @@
 #include <support/scratch.hpp>
 #include <support/xml_check.hpp>
 #include <torchbus/callbacks/run_report.hpp>
-#include <torchbus/callbacks/svg_chart.hpp>
+
+#include "svg_chart.hpp"  // private to torchbus::callbacks
 
 #include <cmath>
 #include <filesystem>

@@ -1,6 +1,8 @@
-// TensorBoardLogger and EventFileWriter: the event file parsed back (both CRCs of every record
-// checked) equals what was logged; the background writer drops nothing and reports its errors;
-// bad input.
+// TensorBoardLogger and EventFileWriter: the event files parsed back with the generated protobuf
+// classes (both CRCs of every record checked) hold what was logged: scalars, histograms of tensors
+// and parameters, the run's options as text, train and validation curves in sub-runs; a file of
+// the hand-encoding writer before it still reads; the background writer drops nothing and reports
+// its errors; bad input.
 
 #include <unistd.h>
 
@@ -11,8 +13,9 @@
 #include <support/recorder.hpp>
 #include <support/scratch.hpp>
 #include <support/tfrecord_reader.hpp>
-#include <torchbus/callbacks/event_file_writer.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
+
+#include <event_file_writer.hpp>
 
 #include <cerrno>
 #include <cmath>
@@ -46,13 +49,16 @@ std::vector<std::int64_t> steps_of(const std::vector<std::pair<std::int64_t, Val
   return steps;
 }
 
-/// What a test knows about a batch's "output" tensor.
-struct OutputStats {
-  double numel = 0, sum = 0, min = 0, max = 0;
-};
+/// The values of a series read from the file.
+template <typename Value>
+std::vector<Value> values_in(const std::vector<std::pair<std::int64_t, Value>>& series) {
+  std::vector<Value> values;
+  for (const auto& point : series) values.push_back(point.second);
+  return values;
+}
 
 /// The only event file in `directory`, parsed.
-std::vector<EventRead> only_file_events(const fs::path& directory) {
+std::vector<tensorboard::Event> only_file_events(const fs::path& directory) {
   const auto files = event_files(directory);
   BOOST_TEST_REQUIRE(files.size() == 1u);
   return read_events(files[0]);
@@ -60,6 +66,40 @@ std::vector<EventRead> only_file_events(const fs::path& directory) {
 
 TensorBoardLoggerOptions options_in(const TempDir& dir) {
   return TensorBoardLoggerOptions((dir.path / "run").string());
+}
+
+/// The elements of a repeated double field.
+std::vector<double> doubles(const google::protobuf::RepeatedField<double>& field) {
+  return std::vector<double>(field.begin(), field.end());
+}
+
+/// What a test knows about a tensor a histogram summarises.
+struct TensorStats {
+  double numel = 0, sum = 0, min = 0, max = 0;
+};
+
+TensorStats stats_of(const at::Tensor& tensor) {
+  const auto values = tensor.detach().to(torch::kDouble);
+  return {static_cast<double>(values.numel()), values.sum().item<double>(),
+          values.min().item<double>(), values.max().item<double>()};
+}
+
+/// Checks `histogram` against the statistics of the tensor it summarises in `buckets` buckets.
+void check_histogram(const tensorboard::HistogramProto& histogram, const TensorStats& expected,
+                     int buckets) {
+  BOOST_TEST(histogram.num() == expected.numel);
+  BOOST_TEST(histogram.sum() == expected.sum, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(histogram.min() == expected.min);
+  BOOST_TEST(histogram.max() == expected.max);
+  BOOST_TEST_REQUIRE(histogram.bucket_limit_size() == buckets + 1);  // + the leading empty one
+  BOOST_TEST_REQUIRE(histogram.bucket_size() == buckets + 1);
+  BOOST_TEST(histogram.bucket_limit(0) == expected.min);
+  BOOST_TEST(histogram.bucket_limit(buckets) == expected.max);
+  BOOST_TEST(histogram.bucket(0) == 0.0);
+  double counted = 0;
+  for (double count : histogram.bucket()) counted += count;
+  BOOST_TEST(counted == expected.numel);
+  BOOST_TEST(std::is_sorted(histogram.bucket_limit().begin(), histogram.bucket_limit().end()));
 }
 
 }  // namespace
@@ -70,15 +110,10 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));
   // What the logger should see of "output" (a batch tensor) at each step.
-  std::map<std::int64_t, OutputStats> outputs;
+  std::map<std::int64_t, TensorStats> outputs;
   run.trainer.on(
       Event::BatchEnd,
-      [&](State& state) {
-        const auto output = state.tensors.get("output").detach().to(torch::kDouble);
-        outputs[state.step + 1] = {static_cast<double>(output.numel()), output.sum().item<double>(),
-                                   output.min().item<double>(), output.max().item<double>()};
-      },
-      -100);
+      [&](State& state) { outputs[state.step + 1] = stats_of(state.tensors.get("output")); }, -100);
   auto logger = std::make_shared<TensorBoardLogger>(
       options_in(dir).step_freq(2).histogram_freq(3).tensors_to_log({"loss", "output"}));
   run.trainer.add(logger);
@@ -100,13 +135,13 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
 
   const auto events = read_events(files[0]);
   BOOST_TEST_REQUIRE(events.size() > 1u);
-  BOOST_TEST(events[0].file_version == "brain.Event:2");
-  BOOST_TEST(!events[0].has_summary);
+  BOOST_TEST(events[0].file_version() == "brain.Event:2");
+  BOOST_TEST(!events[0].has_summary());
   for (std::size_t i = 1; i < events.size(); ++i) {
-    BOOST_TEST(events[i].has_summary);
-    BOOST_TEST(events[i].wall_time > 1.6e9);  // seconds since 1970
-    BOOST_TEST(events[i].wall_time >= events[i - 1].wall_time);
-    BOOST_TEST(!events[i].session_status);  // not a resumed run
+    BOOST_TEST(events[i].has_summary());
+    BOOST_TEST(events[i].wall_time() > 1.6e9);  // seconds since 1970
+    BOOST_TEST(events[i].wall_time() >= events[i - 1].wall_time());
+    BOOST_TEST(!events[i].has_session_log());  // not a resumed run
   }
 
   const auto& history = run.trainer.state().metrics;
@@ -125,22 +160,7 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
   const auto histograms = histograms_of(events, "train/output");
   BOOST_TEST(steps_of(histograms) == (std::vector<std::int64_t>{3, 6, 9, 12}),
              boost::test_tools::per_element());
-  for (const auto& [step, histogram] : histograms) {
-    const auto& expected = outputs.at(step);
-    BOOST_TEST(histogram.num == expected.numel);
-    BOOST_TEST(histogram.sum == expected.sum, boost::test_tools::tolerance(1e-9));
-    BOOST_TEST(histogram.min == expected.min);
-    BOOST_TEST(histogram.max == expected.max);
-    BOOST_TEST_REQUIRE(histogram.bucket_limit.size() == 31u);  // 30 + the leading empty one
-    BOOST_TEST_REQUIRE(histogram.bucket.size() == 31u);
-    BOOST_TEST(histogram.bucket_limit.front() == expected.min);
-    BOOST_TEST(histogram.bucket_limit.back() == expected.max);
-    BOOST_TEST(histogram.bucket.front() == 0.0);
-    double counted = 0;
-    for (double count : histogram.bucket) counted += count;
-    BOOST_TEST(counted == expected.numel);
-    BOOST_TEST(std::is_sorted(histogram.bucket_limit.begin(), histogram.bucket_limit.end()));
-  }
+  for (const auto& [step, histogram] : histograms) check_histogram(histogram, outputs.at(step), 30);
   BOOST_TEST(scalars_of(events, "train/output").empty());
 
   // Epochs: time and count at each EpochEnd.
@@ -192,9 +212,9 @@ BOOST_AUTO_TEST_CASE(scalars_handed_over_in_bursts_keep_every_step_in_order) {
   // In the file, the steps come in order and each epoch's events after its last step.
   std::int64_t last_step = 0;
   for (std::size_t i = 1; i < events.size(); ++i) {
-    BOOST_TEST(events[i].step >= last_step);
-    BOOST_TEST(events[i].wall_time >= events[i - 1].wall_time);
-    last_step = events[i].step;
+    BOOST_TEST(events[i].step() >= last_step);
+    BOOST_TEST(events[i].wall_time() >= events[i - 1].wall_time());
+    last_step = events[i].step();
   }
   BOOST_TEST(
       steps_of(scalars_of(events, "epoch/completed")) == (std::vector<std::int64_t>{70, 140, 210}),
@@ -295,11 +315,16 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_marks_the_restart_for_tensorboard) {
   BOOST_TEST_REQUIRE(events.size() > 2u);
   // SessionLog START at the first step the resumed run writes: TensorBoard drops the steps the
   // previous run wrote after its checkpoint.
-  BOOST_TEST_REQUIRE(events[1].session_status.has_value());
-  BOOST_TEST(*events[1].session_status == 1);  // START
-  BOOST_TEST(events[1].step == 5);
+  BOOST_TEST_REQUIRE(events[1].has_session_log());
+  BOOST_TEST(events[1].session_log().status() == tensorboard::SessionLog::START);
+  BOOST_TEST(events[1].step() == 5);
   BOOST_TEST(steps_of(scalars_of(events, "train/loss")) == (std::vector<std::int64_t>{5, 6, 7, 8}),
              boost::test_tools::per_element());
+  // The train sub-run, created at the first step written, marks the restart too.
+  const auto sub_run = only_file_events(dir.path / "run" / "train");
+  BOOST_TEST_REQUIRE(sub_run.size() > 2u);
+  BOOST_TEST(sub_run[1].session_log().status() == tensorboard::SessionLog::START);
+  BOOST_TEST(sub_run[1].step() == 5);
 }
 
 BOOST_AUTO_TEST_CASE(an_exception_flushes_what_was_logged_and_the_file_is_complete) {
@@ -327,6 +352,185 @@ BOOST_AUTO_TEST_CASE(an_exception_flushes_what_was_logged_and_the_file_is_comple
   BOOST_TEST(log.messages("warning").empty());
 }
 
+BOOST_AUTO_TEST_CASE(the_run_options_are_written_once_as_a_text_summary) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(2));
+  auto logger = std::make_shared<TensorBoardLogger>(
+      options_in(dir).step_freq(1).run_options({{"data", "mnist"}, {"lr", "0.1"}}));
+  logger->add_option("lr", "0.01").add_option("note", "a|b\nc");
+  run.trainer.add(logger);
+  auto train = make_batches(3, 4);
+  run.trainer.fit(train);
+
+  const auto events = only_file_events(dir.path / "run");
+  const auto texts = values_of(events, "run_options");
+  BOOST_TEST_REQUIRE(texts.size() == 1u);
+  // The first summary of the file, at the step the action starts from; as TensorBoard's text
+  // plugin reads it: the plugin's name in the metadata, a string tensor of shape [1].
+  BOOST_TEST(events[1].summary().value(0).tag() == "run_options");
+  const auto& [step, value] = texts[0];
+  BOOST_TEST(step == 0);
+  BOOST_TEST(value.metadata().plugin_data().plugin_name() == "text");
+  BOOST_TEST(value.tensor().dtype() == tensorboard::DT_STRING);
+  BOOST_TEST_REQUIRE(value.tensor().tensor_shape().dim_size() == 1);
+  BOOST_TEST(value.tensor().tensor_shape().dim(0).size() == 1);
+  BOOST_TEST_REQUIRE(value.tensor().string_val_size() == 1);
+  // A Markdown table: add_option replaced lr; a pipe is escaped, a line break is a space.
+  BOOST_TEST(
+      value.tensor().string_val(0) ==
+      "| option | value |\n|---|---|\n| data | mnist |\n| lr | 0.01 |\n| note | a\\|b c |\n");
+  BOOST_TEST(has(message_of<ConfigError>([&] { logger->add_option("", "x"); }), "option name"));
+}
+
+BOOST_AUTO_TEST_CASE(parameter_and_gradient_histograms_every_n_steps) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(1));
+  // Off by default: nothing subscribed to AfterOptimizerStep.
+  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir), "off"));
+  BOOST_TEST(run.trainer.bus().subscriber_count(Event::AfterOptimizerStep) == 0u);
+  run.trainer.add(std::make_shared<TensorBoardLogger>(
+      TensorBoardLoggerOptions((dir.path / "histograms").string())
+          .step_freq(100)
+          .parameter_histogram_freq(2)
+          .histogram_buckets(5)));
+  BOOST_TEST(run.trainer.bus().subscriber_count(Event::AfterOptimizerStep) == 1u);
+  // What the histograms summarise: each parameter after the optimizer step, and the gradient
+  // it applied.
+  std::map<std::int64_t, std::map<std::string, TensorStats>> expected;
+  run.trainer.on(
+      Event::AfterOptimizerStep,
+      [&](State& state) {
+        for (const auto& parameter : state.model->named_parameters()) {
+          expected[state.step + 1]["parameters/" + parameter.key()] = stats_of(parameter.value());
+          expected[state.step + 1]["gradients/" + parameter.key()] =
+              stats_of(parameter.value().grad());
+        }
+      },
+      200);
+  auto train = make_batches(5, 4);
+  run.trainer.fit(train);
+
+  const auto events = only_file_events(dir.path / "histograms");
+  std::size_t tags = 0;
+  for (const auto& parameter : run.model->named_parameters()) {
+    for (const std::string prefix : {"parameters/", "gradients/"}) {
+      const auto histograms = histograms_of(events, prefix + parameter.key());
+      BOOST_TEST(steps_of(histograms) == (std::vector<std::int64_t>{2, 4}),
+                 boost::test_tools::per_element());
+      for (const auto& [step, histogram] : histograms) {
+        check_histogram(histogram, expected.at(step).at(prefix + parameter.key()), 5);
+      }
+      ++tags;
+    }
+  }
+  BOOST_TEST(tags == 8u);  // two linear layers: weight and bias each
+  // + epoch/time_s, epoch/completed, metrics/train_loss_epoch
+  BOOST_TEST(tags_of(events).size() == tags + 3);
+  // The parameters changed between the steps written: the histograms are not one snapshot.
+  BOOST_TEST(histograms_of(events, "parameters/0.weight")[0].second.sum() !=
+             histograms_of(events, "parameters/0.weight")[1].second.sum());
+}
+
+// As PyTorch's SummaryWriter.add_scalars: the sub-runs train and val hold the training and
+// validation values of a quantity under one tag, so TensorBoard draws them on one chart.
+BOOST_AUTO_TEST_CASE(train_and_validation_curves_share_a_tag_in_sub_runs) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(2));
+  run.trainer.on(
+      Event::EpochEnd,
+      [](State& state) {
+        state.record_metric("train_accuracy", 0.5 + 0.25 * static_cast<double>(state.epoch));
+      },
+      -100);
+  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(2)));
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  run.trainer.fit(train, validation);
+
+  const auto main = only_file_events(dir.path / "run");
+  const auto train_run = only_file_events(dir.path / "run" / "train");
+  const auto val_run = only_file_events(dir.path / "run" / "val");
+  BOOST_TEST(train_run[0].file_version() == "brain.Event:2");
+  BOOST_TEST(val_run[0].file_version() == "brain.Event:2");
+  // loss: the step scalars of train/loss in train, the val_loss metric in val.
+  const auto train_loss = scalars_of(main, "train/loss");
+  BOOST_TEST(steps_of(scalars_of(train_run, "loss")) == steps_of(train_loss),
+             boost::test_tools::per_element());
+  BOOST_TEST(values_in(scalars_of(train_run, "loss")) == values_in(train_loss),
+             boost::test_tools::per_element());
+  const auto val_loss = scalars_of(main, "metrics/val_loss");
+  BOOST_TEST_REQUIRE(val_loss.size() == 2u);
+  BOOST_TEST(steps_of(scalars_of(val_run, "loss")) == steps_of(val_loss),
+             boost::test_tools::per_element());
+  BOOST_TEST(values_in(scalars_of(val_run, "loss")) == values_in(val_loss),
+             boost::test_tools::per_element());
+  // train_<x> metrics as <x> in train (train_loss_epoch as loss_epoch); nothing else there.
+  BOOST_TEST(values_in(scalars_of(train_run, "accuracy")) == (std::vector<float>{0.5f, 0.75f}),
+             boost::test_tools::per_element());
+  auto train_tags = tags_of(train_run);
+  std::sort(train_tags.begin(), train_tags.end());
+  BOOST_TEST(train_tags == (std::vector<std::string>{"accuracy", "loss", "loss_epoch"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(tags_of(val_run) == std::vector<std::string>{"loss"},
+             boost::test_tools::per_element());
+  BOOST_TEST(scalars_of(main, "metrics/train_accuracy").size() == 2u);  // still in the main run
+
+  // Switched off: no sub-run.
+  TempDir other("tensorboard");
+  Run again(TrainerOptions().max_epochs(1));
+  again.trainer.add(
+      std::make_shared<TensorBoardLogger>(options_in(other).step_freq(2).group_train_val(false)));
+  again.trainer.fit(train, validation);
+  BOOST_TEST(!fs::exists(other.path / "run" / "train"));
+  BOOST_TEST(!fs::exists(other.path / "run" / "val"));
+  BOOST_TEST(scalars_of(only_file_events(other.path / "run"), "metrics/val_loss").size() == 1u);
+}
+
+// An event file written before the records were encoded with protobuf's generated classes (by the
+// hand-written encoder; tests/data/old-format-run, `torchbus-train --max-steps 6
+// --val-every-steps 3`): both CRCs of every record match and every record parses, with the values
+// of that run's summary.json.
+BOOST_AUTO_TEST_CASE(an_event_file_of_the_earlier_writer_reads_back) {
+  const auto files = event_files(fs::path(TORCHBUS_TEST_DATA) / "old-format-run" / "tensorboard");
+  BOOST_TEST_REQUIRE(files.size() == 1u);
+  const auto events = read_events(files[0]);
+  BOOST_TEST_REQUIRE(events.size() == 6u);
+  BOOST_TEST(events[0].file_version() == "brain.Event:2");
+  for (const auto& event : events) {
+    // Written within a second of the time in the file's name.
+    BOOST_TEST((event.wall_time() >= 1795493817.0 && event.wall_time() < 1795493819.0));
+  }
+  BOOST_TEST(
+      tags_of(events) == (std::vector<std::string>{"metrics/val_loss", "metrics/val_accuracy",
+                                                   "metrics/train_loss_epoch", "epoch/time_s",
+                                                   "epoch/completed", "metrics/train_accuracy"}),
+      boost::test_tools::per_element());
+  // Validations at steps 3 and 6 (val_every_steps), and at the end of the epoch (step 6).
+  const auto val_loss = scalars_of(events, "metrics/val_loss");
+  BOOST_TEST(steps_of(val_loss) == (std::vector<std::int64_t>{3, 6, 6}),
+             boost::test_tools::per_element());
+  for (const auto& point : val_loss) BOOST_TEST((point.second > 2.0f && point.second < 2.6f));
+  BOOST_TEST(val_loss.back().second == static_cast<float>(2.3434765338897705));  // summary.json
+  const auto val_accuracy = scalars_of(events, "metrics/val_accuracy");
+  BOOST_TEST(steps_of(val_accuracy) == steps_of(val_loss), boost::test_tools::per_element());
+  for (const auto& point : val_accuracy) BOOST_TEST((point.second >= 0.0f && point.second <= 1.0f));
+  BOOST_TEST(val_accuracy.back().second == 0.0849609375f);
+  const auto train_loss = scalars_of(events, "metrics/train_loss_epoch");
+  BOOST_TEST_REQUIRE(train_loss.size() == 1u);
+  BOOST_TEST(train_loss[0].first == 6);
+  BOOST_TEST(train_loss[0].second == static_cast<float>(2.3482671976089478));
+  const auto train_accuracy = scalars_of(events, "metrics/train_accuracy");
+  BOOST_TEST_REQUIRE(train_accuracy.size() == 1u);
+  BOOST_TEST(train_accuracy[0].second == static_cast<float>(0.098958333333333329));
+  const auto completed = scalars_of(events, "epoch/completed");
+  BOOST_TEST_REQUIRE(completed.size() == 1u);
+  BOOST_TEST(completed[0].first == 6);
+  BOOST_TEST(completed[0].second == 1.0f);
+  const auto time = scalars_of(events, "epoch/time_s");
+  BOOST_TEST_REQUIRE(time.size() == 1u);
+  BOOST_TEST((time[0].second > 0.0f && time[0].second < 10.0f));
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));
@@ -340,7 +544,7 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once) {
   BOOST_TEST_REQUIRE(warnings.size() == 1u);
   BOOST_TEST(
       has(warnings[0], "TensorBoardLogger 'tensorboard_logger': no tensor named 'accuracy'"));
-  BOOST_TEST(has(warnings[0], "present at StepEnd: loss"));
+  BOOST_TEST(has(warnings[0], "(present: loss)"));
   const auto events = only_file_events(dir.path / "run");
   BOOST_TEST(scalars_of(events, "train/loss").size() == 6u);
 }
@@ -376,6 +580,10 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
                  "histogram_freq must be >= 1, got 0"));
   BOOST_TEST(has(message(TensorBoardLoggerOptions(base).histogram_buckets(0)),
                  "histogram_buckets must be >= 1, got 0"));
+  BOOST_TEST(has(message(TensorBoardLoggerOptions(base).parameter_histogram_freq(-1)),
+                 "parameter_histogram_freq must be >= 0 (0: never), got -1"));
+  BOOST_TEST(
+      has(message(TensorBoardLoggerOptions(base).run_options({{"", "x"}})), "empty option name"));
   BOOST_TEST(has(message(TensorBoardLoggerOptions(base).queue_capacity(0)),
                  "queue_capacity must be >= 1, got 0"));
   BOOST_TEST(has(message(TensorBoardLoggerOptions("")), "log_dir is empty"));
@@ -393,6 +601,9 @@ BOOST_AUTO_TEST_CASE(default_priority_rank_and_options) {
   BOOST_TEST(logger.rank().value_or(-1) == 0);
   BOOST_TEST(logger.options().step_freq() == 50);
   BOOST_TEST(logger.options().histogram_buckets() == 30);
+  BOOST_TEST(logger.options().parameter_histogram_freq() == 0);
+  BOOST_TEST(logger.options().group_train_val());
+  BOOST_TEST(logger.options().run_options().empty());
   BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"loss"},
              boost::test_tools::per_element());
   BOOST_TEST(logger.file().empty());
@@ -401,7 +612,7 @@ BOOST_AUTO_TEST_CASE(default_priority_rank_and_options) {
 // ---- the writer and the reader ------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(the_reader_checks_both_crcs_of_every_record) {
-  // The reader's CRC is the framework's: pin it to the standard CRC-32C check value first.
+  // The reader's CRC (Boost.CRC): pin it to the standard CRC-32C check value first.
   BOOST_TEST(crc32c("123456789", 9) == 0xE3069283u);
 
   TempDir dir("tensorboard");
@@ -432,11 +643,17 @@ BOOST_AUTO_TEST_CASE(the_reader_checks_both_crcs_of_every_record) {
       has(message_of<TfRecordError>([&] { read_records(bytes.substr(0, bytes.size() - 1)); }),
           "record 1: truncated data"));
 
-  const auto event = decode_event(records[1]);
-  BOOST_TEST(event.step == 7);
-  BOOST_TEST_REQUIRE(event.values.size() == 1u);
-  BOOST_TEST(event.values[0].tag == "a");
-  BOOST_TEST(*event.values[0].simple_value == 1.5f);
+  const auto event = parse_event(records[1]);
+  BOOST_TEST(event.step() == 7);
+  BOOST_TEST_REQUIRE(event.summary().value_size() == 1);
+  BOOST_TEST(event.summary().value(0).tag() == "a");
+  BOOST_TEST(event.summary().value(0).simple_value() == 1.5f);
+  BOOST_TEST(has(message_of<TfRecordError>([&] {
+                   parse_event(
+                       std::string("\x0a\x05"
+                                   "ab"));
+                 }),
+                 "not a tensorboard.Event"));  // field 1 as 5 bytes of 2
 }
 
 BOOST_AUTO_TEST_CASE(a_full_queue_blocks_the_producer_and_nothing_is_dropped) {
@@ -455,11 +672,11 @@ BOOST_AUTO_TEST_CASE(a_full_queue_blocks_the_producer_and_nothing_is_dropped) {
   const auto events = read_events(path);
   BOOST_TEST_REQUIRE(events.size() == kEvents + 1u);
   for (int step = 1; step <= kEvents; ++step) {
-    const auto& event = events[step];
-    BOOST_TEST_REQUIRE(event.values.size() == 2u);
-    BOOST_TEST(event.step == step);
-    BOOST_TEST(*event.values[0].simple_value == static_cast<float>(step * 0.5));
-    BOOST_TEST(event.values[1].histo->sum == 1.0 + step);
+    const auto& values = events[step].summary().value();
+    BOOST_TEST_REQUIRE(values.size() == 2);
+    BOOST_TEST(events[step].step() == step);
+    BOOST_TEST(values[0].simple_value() == static_cast<float>(step * 0.5));
+    BOOST_TEST(values[1].histo().sum() == 1.0 + step);
   }
 }
 
@@ -489,40 +706,53 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_created_is_a_config_error) {
 }
 
 BOOST_AUTO_TEST_CASE(histograms_bucket_the_finite_values) {
-  const auto histogram = make_histogram({0.0, 0.5, 1.5, 2.5, 3.0}, 3);
-  BOOST_TEST(histogram.min == 0.0);
-  BOOST_TEST(histogram.max == 3.0);
-  BOOST_TEST(histogram.num == 5.0);
-  BOOST_TEST(histogram.sum == 7.5);
-  BOOST_TEST(histogram.sum_squares == 0.25 + 2.25 + 6.25 + 9.0);
-  BOOST_TEST_REQUIRE(histogram.bucket_limit.size() == 4u);
-  for (std::size_t i = 0; i < 4; ++i) {
-    BOOST_TEST(histogram.bucket_limit[i] == static_cast<double>(i),
+  const auto histogram_of = [](const std::vector<double>& values, int buckets) {
+    tensorboard::HistogramProto histogram;
+    fill_histogram(values, buckets, histogram);
+    return histogram;
+  };
+  const auto histogram = histogram_of({0.0, 0.5, 1.5, 2.5, 3.0}, 3);
+  BOOST_TEST(histogram.min() == 0.0);
+  BOOST_TEST(histogram.max() == 3.0);
+  BOOST_TEST(histogram.num() == 5.0);
+  BOOST_TEST(histogram.sum() == 7.5);
+  BOOST_TEST(histogram.sum_squares() == 0.25 + 2.25 + 6.25 + 9.0);
+  BOOST_TEST_REQUIRE(histogram.bucket_limit_size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    BOOST_TEST(histogram.bucket_limit(i) == static_cast<double>(i),
                boost::test_tools::tolerance(1e-12));
   }
-  BOOST_TEST(histogram.bucket == (std::vector<double>{0.0, 2.0, 1.0, 2.0}),
+  BOOST_TEST(doubles(histogram.bucket()) == (std::vector<double>{0.0, 2.0, 1.0, 2.0}),
              boost::test_tools::per_element());
 
-  const auto constant = make_histogram({2.0, 2.0, 2.0}, 30);
-  BOOST_TEST(constant.bucket_limit == (std::vector<double>{1.5, 2.5}),
+  const auto constant = histogram_of({2.0, 2.0, 2.0}, 30);
+  BOOST_TEST(doubles(constant.bucket_limit()) == (std::vector<double>{1.5, 2.5}),
              boost::test_tools::per_element());
-  BOOST_TEST(constant.bucket == (std::vector<double>{0.0, 3.0}), boost::test_tools::per_element());
+  BOOST_TEST(doubles(constant.bucket()) == (std::vector<double>{0.0, 3.0}),
+             boost::test_tools::per_element());
 
   const double inf = std::numeric_limits<double>::infinity();
-  const auto partly = make_histogram({1.0, std::nan(""), inf, -inf, 3.0}, 2);
-  BOOST_TEST(partly.num == 2.0);
-  BOOST_TEST(partly.sum == 4.0);
-  BOOST_TEST(partly.bucket == (std::vector<double>{0.0, 1.0, 1.0}),
+  const auto partly = histogram_of({1.0, std::nan(""), inf, -inf, 3.0}, 2);
+  BOOST_TEST(partly.num() == 2.0);
+  BOOST_TEST(partly.sum() == 4.0);
+  BOOST_TEST(doubles(partly.bucket()) == (std::vector<double>{0.0, 1.0, 1.0}),
              boost::test_tools::per_element());
 
-  const auto none = make_histogram({}, 30);
-  BOOST_TEST(none.num == 0.0);
-  BOOST_TEST(none.bucket == std::vector<double>{0.0}, boost::test_tools::per_element());
+  const auto none = histogram_of({}, 30);
+  BOOST_TEST(none.num() == 0.0);
+  BOOST_TEST(doubles(none.bucket()) == std::vector<double>{0.0}, boost::test_tools::per_element());
 
   const double big = std::numeric_limits<double>::max();
-  const auto extreme = make_histogram({-big, 0.0, big}, 2);
-  BOOST_TEST(extreme.bucket == (std::vector<double>{0.0, 2.0, 1.0}),
+  const auto extreme = histogram_of({-big, 0.0, big}, 2);
+  BOOST_TEST(doubles(extreme.bucket()) == (std::vector<double>{0.0, 2.0, 1.0}),
              boost::test_tools::per_element());
+
+  // A histogram proto reused for another tensor holds only the new one's buckets.
+  tensorboard::HistogramProto reused = histogram;
+  fill_histogram({2.0, 2.0}, 3, reused);
+  BOOST_TEST(doubles(reused.bucket()) == (std::vector<double>{0.0, 2.0}),
+             boost::test_tools::per_element());
+  BOOST_TEST(reused.min() == 2.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

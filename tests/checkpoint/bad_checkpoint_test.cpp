@@ -3,8 +3,8 @@
 #include "resume_setup.hpp"
 
 #include <boost/test/unit_test.hpp>
+#include <support/crc32c.hpp>
 #include <support/scratch.hpp>
-#include <torchbus/crc32c.hpp>
 
 #include <filesystem>
 #include <fstream>

@@ -1,25 +1,31 @@
 #pragma once
 
-// Reading torchbus-train's summary.json back: the values of its flat keys.
+// Reading torchbus-train's summary.json back (nlohmann-json): the values of its top-level keys.
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <regex>
 #include <string>
 
 namespace torchbus::testing {
 
-/// The number stored under `key` in a flat JSON text (NaN when absent or null).
-inline double json_number(const std::string& json, const std::string& key) {
-  std::smatch match;
-  const std::regex pattern("\"" + key + "\": (-?[0-9.eE+-]+)");
-  return std::regex_search(json, match, pattern) ? std::stod(match[1]) : std::nan("");
+/// The value under `key` in the JSON object `json` (null when absent, or when `json` is empty:
+/// no file). Throws nlohmann::json::exception when `json` is not a JSON object.
+inline nlohmann::json json_value(const std::string& json, const std::string& key) {
+  if (json.empty()) return nullptr;
+  return nlohmann::json::parse(json).value(key, nlohmann::json());
 }
 
-/// The string stored under `key` in a flat JSON text, as written (empty when absent).
+/// The number under `key` in the JSON object `json` (NaN when absent or null).
+inline double json_number(const std::string& json, const std::string& key) {
+  const auto value = json_value(json, key);
+  return value.is_null() ? std::nan("") : value.get<double>();
+}
+
+/// The string under `key` in the JSON object `json` (empty when absent).
 inline std::string json_string(const std::string& json, const std::string& key) {
-  std::smatch match;
-  const std::regex pattern("\"" + key + "\": \"([^\"]*)\"");
-  return std::regex_search(json, match, pattern) ? std::string(match[1]) : std::string();
+  const auto value = json_value(json, key);
+  return value.is_null() ? std::string() : value.get<std::string>();
 }
 
 }  // namespace torchbus::testing

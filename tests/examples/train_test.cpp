@@ -219,6 +219,27 @@ BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
   BOOST_TEST(csv.find("step,160,") == csv.rfind("step,160,"));
 }
 
+// A run directory written by an earlier torchbus-train (tests/data/old-format-run: its checkpoint
+// CRCs, summary and parameter checksum made by the hand-written CRC-32C, JSON and SHA-256 this
+// one replaced) still resumes: the run had reached --max-steps, so the resumed run only loads its
+// step-6 checkpoint and finishes, with the checksum the earlier one computed of the same weights.
+BOOST_AUTO_TEST_CASE(a_run_of_an_earlier_torchbus_train_resumes_with_the_same_parameters) {
+  const auto fixture = fs::path(TORCHBUS_TEST_DATA) / "old-format-run";
+  const auto out = scratch("train_test", "old_format");
+  fs::copy(fixture, out, fs::copy_options::recursive);
+  const auto resumed = run_train(
+      "--hidden 4 --max-steps 6 --epochs 1 --val-every-steps 3 --no-progress --resume --out " +
+      out.string());
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(read_text(out / "train.log"), "resumed from"));
+  const auto before = read_text(fixture / "summary.json");
+  const auto summary = read_text(out / "summary.json");
+  BOOST_TEST(json_number(summary, "steps") == 6);
+  BOOST_TEST(json_string(summary, "identity") == read_text(fixture / "identity.txt"));
+  BOOST_TEST(json_number(summary, "final_val_loss") == json_number(before, "final_val_loss"));
+  BOOST_TEST(json_string(summary, "params_sha256") == json_string(before, "params_sha256"));
+}
+
 // --precision bf16-mixed learns as float32 does (validation accuracy within 1 point, on the
 // synthetic data with the MLP and on a tiny IDX set with the CNN), says so in the summary, the
 // identity and the log, and a bf16 run interrupted and resumed ends bitwise as an uninterrupted

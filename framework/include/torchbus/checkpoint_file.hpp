@@ -1,8 +1,9 @@
 #pragma once
 
 /// \file
-/// Checkpoint files on disk: a checked header around the payload, atomic writes, and a writer
-/// that moves the disk work off the training thread.
+/// Checkpoint files on disk: reading and verifying them, finding the newest valid one of a folder,
+/// and a writer that moves the disk work off the training thread (files are written atomically:
+/// see atomic_file.hpp).
 
 #include <cstdint>
 #include <exception>
@@ -14,10 +15,6 @@
 
 namespace torchbus {
 
-/// Version of the checkpoint format this torchbus writes (it also reads version 1, whose CRC
-/// covered the payload only and which had no run identity).
-inline constexpr std::uint32_t kCheckpointFormatVersion = 2;
-
 /// File name extension of checkpoints.
 inline constexpr const char* kCheckpointExtension = ".tbckpt";
 
@@ -28,22 +25,10 @@ struct CheckpointHeader {
   std::string identity;              ///< the run identity it was written with (empty: none)
 };
 
-/// Wraps `payload` in the checkpoint framing: magic, format version, step, run identity, size,
-/// and a CRC-32C over all of them and the payload.
-std::string frame_checkpoint(const std::string& payload, std::int64_t step,
-                             const std::string& identity = {});
-
 /// Reads `path` and returns its verified payload; throws CheckpointError naming the path and what
 /// is wrong (missing, truncated, corrupt, another format version) otherwise.
 std::string read_checkpoint_payload(const std::filesystem::path& path,
                                     CheckpointHeader* header = nullptr);
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
-/// fsync of the directory. A reader sees the old file or the new one, never half of one.
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
-
-/// Removes temporary files an interrupted write left in `directory`; returns how many.
-int remove_stale_temporaries(const std::filesystem::path& directory);
 
 /// A checkpoint file found in a directory, with its verified header.
 struct CheckpointCandidate {

@@ -1,28 +1,35 @@
 #pragma once
 
 /// \file
-/// TensorBoardLogger: scalars, histograms, the learning rate, epoch times and metrics in
-/// TensorBoard event files, written on a background thread.
+/// TensorBoardLogger: scalars, histograms, the learning rate, epoch times, metrics and the run's
+/// options in TensorBoard event files, written on a background thread.
 
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchbus {
 
 class EventFileWriter;
+class ScopedConnection;
+struct ScalarPoint;
 struct SummaryValue;
 
 /// Where and what a TensorBoardLogger writes, e.g.
 /// `TensorBoardLoggerOptions("runs/exp1").step_freq(10).tensors_to_log({"loss", "output"})`.
 struct TensorBoardLoggerOptions {
+  /// Rows (option, value) of a table.
+  using OptionRows = std::vector<std::pair<std::string, std::string>>;
+
   /// Writes event files into the directory `log_dir`.
   /* implicit */ TensorBoardLoggerOptions(
       std::string log_dir);  // NOLINT(google-explicit-constructor)
@@ -38,6 +45,18 @@ struct TensorBoardLoggerOptions {
   TORCH_ARG(std::int64_t, histogram_freq) = 50;
   /// Equal-width buckets of a histogram between the tensor's min and max (>= 1).
   TORCH_ARG(int, histogram_buckets) = 30;
+  /// Every n-th optimizer step, a histogram of each parameter (`parameters/<name>`, updated) and
+  /// of its gradient as the optimizer applied it (`gradients/<name>`); 0: never (nothing is
+  /// subscribed, no cost per step). A host copy of the model at those steps.
+  TORCH_ARG(std::int64_t, parameter_histogram_freq) = 0;
+  /// Also write training and validation values of one quantity under one tag in the sub-runs
+  /// `log_dir/train` and `log_dir/val` (as PyTorch's `add_scalars`), so that TensorBoard draws
+  /// them on one chart: `val_<x>` metrics as `<x>` in val, the step scalars of `tensors_to_log`
+  /// and the `train_<x>` metrics as `<x>` in train.
+  TORCH_ARG(bool, group_train_val) = true;
+  /// Rows (option, value) of a Markdown table written once per action as the text summary
+  /// `run_options` (TensorBoard's Text tab); empty: none. TensorBoardLogger::add_option adds rows.
+  TORCH_ARG(OptionRows, run_options) = {};
   /// Write the learning rate of the optimizer's first parameter group as `train/lr`.
   TORCH_ARG(bool, log_lr) = true;
   /// Write `epoch/time_s` and `epoch/completed` at each EpochEnd.
@@ -46,7 +65,8 @@ struct TensorBoardLoggerOptions {
   TORCH_ARG(bool, log_metrics) = true;
   /// The metrics written; empty: every metric except `train_loss` (per step: `train/loss`).
   TORCH_ARG(std::vector<std::string>, metrics_to_log) = {};
-  /// Events waiting for the writer thread at most (>= 1); the training thread waits when full.
+  /// Entries (an event, or a burst of step scalars) waiting for the writer thread at most (>= 1);
+  /// the training thread waits when full.
   TORCH_ARG(std::int64_t, queue_capacity) = 1024;
 
  public:
@@ -55,11 +75,13 @@ struct TensorBoardLoggerOptions {
 };
 
 /// Writes a TensorBoard event file per action into `log_dir` (open it with
-/// `tensorboard --logdir DIR`): `train/<tensor>` scalars and histograms and `train/lr` at StepEnd,
-/// `epoch/time_s` and `epoch/completed` at EpochEnd, `metrics/<name>` for every metric point
-/// recorded (at EvalEnd and EpochEnd, each at its own step). Reads tensors (a host sync) only at
-/// the steps it writes; encoding and writing run on a background thread, flushed at ActionEnd and
-/// on Exception. Rank 0 only by default. See docs/builtin-callbacks-loggers.md.
+/// `tensorboard --logdir DIR`): the run's options as text, `train/<tensor>` scalars and histograms
+/// and `train/lr` at StepEnd, parameter and gradient histograms when asked, `epoch/time_s` and
+/// `epoch/completed` at EpochEnd, `metrics/<name>` for every metric point recorded (at EvalEnd and
+/// EpochEnd, each at its own step); training and validation values of one quantity also in the
+/// sub-runs `train` and `val`. Reads tensors (a host sync) only at the steps it writes; encoding
+/// and writing run on background threads, flushed at ActionEnd and on Exception. Rank 0 only by
+/// default. See docs/builtin-callbacks-loggers.md.
 class TensorBoardLogger : public Callback {
  public:
   /// Default priority: after metric producers (-100), with the other loggers.
@@ -78,6 +100,12 @@ class TensorBoardLogger : public Callback {
   /// The event file of the current or the last action (empty before the first).
   const std::string& file() const noexcept { return file_; }
 
+  /// Adds a row to the `run_options` table, or replaces the value of the row `key`; throws
+  /// ConfigError for an empty key. Takes effect at the next action.
+  TensorBoardLogger& add_option(std::string key, std::string value);
+
+  /// With `parameter_histogram_freq`: subscribes the histograms to `trainer`'s AfterOptimizerStep.
+  void on_added(Trainer& trainer) override;
   /// Creates `log_dir` and a new event file; throws ConfigError naming the directory when it
   /// cannot.
   void on_action_start(State& state) override;
@@ -104,44 +132,48 @@ class TensorBoardLogger : public Callback {
 
  private:
   using Clock = std::chrono::steady_clock;
+  /// The runs written: `log_dir` itself, and the sub-runs `train` and `val` of group_train_val.
+  enum Run : std::size_t { kMainRun, kTrainRun, kValRun, kRunCount };
 
-  void begin(State& state);
-  /// A step's scalar waiting to be handed to the writer.
-  struct PendingScalar {
-    std::int64_t step;
-    double wall_time;
-    std::uint32_t tag;  // index into tags_; tags_.size(): the learning rate
-    double value;
-  };
   /// Scalars handed to the writer together, in one burst: about 64 steps of loss and lr...
   static constexpr std::size_t kHandOverValues = 128;
   /// ...or what was recorded in this many seconds, whichever comes first.
   static constexpr double kHandOverSeconds = 1.0;
 
+  void begin(State& state);
   void add_tensor(std::vector<SummaryValue>& histogram_values, std::size_t index,
                   const at::Tensor* tensor, bool scalars, bool histograms, const State& state,
                   double wall_time);
   void add_lr(const State& state, double wall_time);
+  void write_parameter_histograms(const State& state);
   void write_new_metrics(State& state);
-  void write(std::int64_t step, std::vector<SummaryValue> values);
-  void submit(std::int64_t step, std::vector<SummaryValue> values, double wall_time) const;
+  /// Hands the recorded steps over, then queues an event of `values` at `step` in `run`.
+  void write(Run run, std::int64_t step, std::vector<SummaryValue> values);
+  void submit(Run run, std::int64_t step, std::vector<SummaryValue> values, double wall_time) const;
   void hand_over() const;
+  /// The writer of `run`; a sub-run's is created when first written to.
+  EventFileWriter& writer(Run run) const;
   bool due(std::int64_t step) const noexcept;
   bool wanted_metric(const std::string& name) const;
   std::string who() const;
 
   TensorBoardLoggerOptions options_;
-  std::unique_ptr<EventFileWriter> writer_;
+  // Per Run, during an action (the main one from ActionStart on); mutable: save_state (const)
+  // hands recorded steps over, which may create the train sub-run's.
+  mutable std::array<std::unique_ptr<EventFileWriter>, kRunCount> writers_;
   std::string file_;
   std::vector<std::string> tags_;     // "train/<name>" per tensors_to_log entry
   std::vector<at::Tensor> captured_;  // per tensors_to_log entry: kept at BatchEnd
   std::vector<bool> warned_;          // per tensors_to_log entry: a problem was reported
   bool warned_lr_ = false;            // the learning rate could not be read (reported once)
   bool begun_ = false;                // the action's first EpochStart or EvalStart was seen
+  std::int64_t resume_step_ = 0;      // the step the action started from (> 0: a resume)
   std::map<std::string, std::size_t> written_;  // metric -> points already written
-  // Recorded steps not yet handed to the writer; mutable: save_state (const) hands them over.
-  mutable std::vector<PendingScalar> pending_;
+  // Step scalars (tag: index into tags_; tags_.size(): the learning rate) not yet handed to the
+  // writer; mutable: save_state (const) hands them over.
+  mutable std::vector<ScalarPoint> pending_;
   Clock::time_point epoch_start_;
+  std::unique_ptr<ScopedConnection> parameter_histograms_;  // AfterOptimizerStep, when asked
 };
 
 }  // namespace torchbus

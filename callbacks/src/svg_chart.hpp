@@ -1,8 +1,7 @@
 #pragma once
 
-/// \file
-/// A self-contained SVG line chart (no scripts, no external resources) and the XML escaping it
-/// uses; RunReport draws one per metric.
+// A self-contained SVG line chart (no scripts, no external resources) and the XML escaping it
+// uses; RunReport draws one per metric. Private to torchbus::callbacks.
 
 #include <cstddef>
 #include <optional>

@@ -1,0 +1,42 @@
+#pragma once
+
+/// \file
+/// What loggers read from State each time they log (the learning rate, tensors by name), and the
+/// one warning a logger writes about a value it cannot read.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace torchbus {
+
+class Callback;
+struct State;
+
+/// Who writes a warning, shown as `<kind> '<name>'` (e.g. `CsvLogger 'csv_logger'`); the name is
+/// read only when a warning is written.
+struct WarningSource {
+  std::string_view kind;     ///< the callback's class, e.g. "CsvLogger"
+  const Callback& callback;  ///< whose name() follows the kind
+};
+
+/// The learning rate of the first parameter group of `state.optimizer`; nullopt when there is none
+/// (no optimizer, no parameter group, options without a learning rate), after a warning the first
+/// time (`warned` false; it is set): "<source>: cannot read the learning rate (<why>);
+/// <consequence> (reported once)".
+std::optional<double> learning_rate_or_warn_once(const State& state, bool& warned,
+                                                 const WarningSource& source,
+                                                 std::string_view consequence);
+
+/// Warns that `source` cannot log tensor `name` at `state.step`, saying why: "<source>: no tensor
+/// named 'x' at step 3 (present: a, b); <consequence> (reported once)" when `tensor` is null, else
+/// that it is undefined, or its shape and whether it is complex, empty or not a scalar. Call it
+/// once per name (the message says so).
+void warn_tensor_not_logged(const State& state, const std::string& name, const at::Tensor* tensor,
+                            const WarningSource& source, std::string_view consequence);
+
+}  // namespace torchbus

@@ -1,0 +1,58 @@
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <torch/optim/optimizer.h>
+#include <torchbus/callback.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logged_values.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchbus {
+namespace {
+
+/// Why `tensor` (present) is not one real number: undefined, complex, empty or not a scalar.
+std::string what_is_wrong(const std::string& name, const at::Tensor& tensor) {
+  if (!tensor.defined()) return fmt::format("tensor '{}' is undefined", name);
+  const char* kind = tensor.is_complex()   ? "complex"
+                     : tensor.numel() == 0 ? "empty"
+                                           : "not a scalar";
+  return fmt::format("tensor '{}' of shape [{}] is {}", name, fmt::join(tensor.sizes(), ", "),
+                     kind);
+}
+
+}  // namespace
+
+std::optional<double> learning_rate_or_warn_once(const State& state, bool& warned,
+                                                 const WarningSource& source,
+                                                 std::string_view consequence) {
+  std::string problem;
+  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) {
+    problem = "the optimizer has no parameter group";
+  } else {
+    try {
+      return state.optimizer->param_groups()[0].options().get_lr();
+    } catch (const std::exception& error) {
+      problem = detail::first_line(error);
+    }
+  }
+  if (!warned) {
+    warned = true;
+    logger()->warn("{} '{}': cannot read the learning rate ({}); {} (reported once)", source.kind,
+                   source.callback.name(), problem, consequence);
+  }
+  return std::nullopt;
+}
+
+void warn_tensor_not_logged(const State& state, const std::string& name, const at::Tensor* tensor,
+                            const WarningSource& source, std::string_view consequence) {
+  const std::string problem =
+      tensor == nullptr ? fmt::format("no tensor named '{}' at step {} (present: {})", name,
+                                      state.step, detail::join_or_none(state.tensors.names()))
+                        : fmt::format("{} at step {}", what_is_wrong(name, *tensor), state.step);
+  logger()->warn("{} '{}': {}; {} (reported once)", source.kind, source.callback.name(), problem,
+                 consequence);
+}
+
+}  // namespace torchbus
