@@ -1,10 +1,15 @@
+#include "model_weights.hpp"
+
 #include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
 #include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
+#include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
 
 #include <cmath>
 
@@ -45,6 +50,13 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options, std::string name)
   options_.validate();
 }
 
+void EarlyStopping::on_added(Trainer& trainer) {
+  if (!options_.restore_best_weights()) return;
+  restore_at_end_ = trainer.on(
+      Event::ActionEnd, [this](State& state) { restore_best_weights(state); },
+      ModelCheckpoint::kAfterFinalSave);
+}
+
 void EarlyStopping::on_eval_end(State& state) {
   if (options_.check_on() == Event::EvalEnd) check(state);
 }
@@ -80,6 +92,7 @@ void EarlyStopping::check(State& state) {
   } else if (monitor_.update(value)) {
     best_step_ = point->step;
     best_epoch_ = point->epoch;
+    if (options_.restore_best_weights()) keep_best_weights(state);
     logger()->debug("EarlyStopping: {} improved to {}", monitor, value);
   } else if (monitor_.wait() >= options_.patience()) {
     reason = detail::concat("EarlyStopping: ", monitor, " did not improve (mode ",
@@ -95,11 +108,36 @@ void EarlyStopping::check(State& state) {
   }
 }
 
+void EarlyStopping::keep_best_weights(const State& state) {
+  TORCHBUS_CHECK(state.model != nullptr, ConfigError, "EarlyStopping '", name(),
+                 "': restore_best_weights needs state.model");
+  const auto weights = detail::model_weights(*state.model, /*with_buffers=*/true);
+  if (best_weights_.size() != weights.size()) {
+    best_weights_.clear();
+    for (const auto& tensor : weights) best_weights_.push_back(at::empty_like(tensor));
+  }
+  detail::copy_weights(weights, best_weights_);
+}
+
+void EarlyStopping::restore_best_weights(const State& state) {
+  // fit() ends with training set (evaluate() does not); after an exception the weights stay.
+  if (state.error || !state.training || state.model == nullptr || best_weights_.empty()) return;
+  const auto weights = detail::model_weights(*state.model, /*with_buffers=*/true);
+  const auto mismatch = detail::weights_mismatch(best_weights_, weights, "the best weights");
+  TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "EarlyStopping '", name(), "': ", mismatch);
+  detail::copy_weights(best_weights_, weights);
+  logger()->info("EarlyStopping: restored the weights of the best {} ({}) from epoch {}, step {}",
+                 options_.monitor(), monitor_.best(), best_epoch_, best_step_);
+}
+
 void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
   monitor_.save_state(archive);
   archive.write("best_step", c10::IValue(best_step_));
   archive.write("best_epoch", c10::IValue(best_epoch_));
   archive.write("stopped_epoch", c10::IValue(stopped_epoch_));
+  if (options_.restore_best_weights()) {
+    archive.write("best_weights", c10::IValue(c10::List<at::Tensor>(best_weights_)));
+  }
 }
 
 void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
@@ -107,6 +145,10 @@ void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
   best_step_ = read_value(archive, "best_step").toInt();
   best_epoch_ = read_value(archive, "best_epoch").toInt();
   stopped_epoch_ = read_value(archive, "stopped_epoch").toInt();
+  if (options_.restore_best_weights()) {
+    const auto list = read_value(archive, "best_weights").toTensorList();
+    best_weights_.assign(list.begin(), list.end());
+  }
 }
 
 }  // namespace torchbus

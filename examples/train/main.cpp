@@ -65,6 +65,7 @@ struct Flags {
   bool progress = true;
   std::string scheduler = "none";
   std::int64_t early_stopping = 0;
+  double ema = 0.0;
   bool terminate_on_nan = true;
   double time_limit = 0.0;
 };
@@ -215,6 +216,10 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--early-stopping", flags.early_stopping,
                  "EarlyStopping: stop after N validations without a better val_loss (0: off)")
       ->check(at_least(0));
+  app.add_option("--ema", flags.ema,
+                 "EMA: keep an exponential moving average of the weights with this decay (e.g. "
+                 "0.999), validate with it and end with it (0: off)")
+      ->check(finite_number(0, 1, /*exclusive=*/false));
   app.add_flag("--terminate-on-nan,!--no-terminate-on-nan", flags.terminate_on_nan,
                "TerminateOnNaN: stop at the first non-finite loss, without its update (on)");
   app.add_option("--time-limit", flags.time_limit,
@@ -330,6 +335,10 @@ void check_flag_combinations(const Flags& flags) {
     throw UsageError(
         "--scheduler plateau watches val_loss: it needs --val-every > 0 or --val-every-steps > 0");
   }
+  if (flags.ema >= 1.0) {
+    throw UsageError("--ema needs a decay below 1 (e.g. 0.999; 0: off), got " +
+                     number_text(flags.ema));
+  }
   if (flags.resume && !flags.checkpoints) {
     throw UsageError("--resume needs checkpoints; drop --no-checkpoints");
   }
@@ -351,6 +360,9 @@ void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
     trainer.add(std::make_shared<torchbus::EarlyStopping>(
         torchbus::EarlyStoppingOptions().patience(flags.early_stopping)));
   }
+  if (flags.ema > 0) {
+    trainer.add(std::make_shared<torchbus::EMA>(torchbus::EMAOptions().decay(flags.ema)));
+  }
   const auto steps_per_epoch = (batches_per_epoch + flags.accumulate - 1) / flags.accumulate;
   auto total_steps = steps_per_epoch * flags.epochs;
   if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
@@ -370,6 +382,7 @@ train::JsonObject describe_run(const Flags& flags) {
           {"precision", flags.precision},
           {"channels_last", flags.channels_last ? "1" : "0"},
           {"scheduler", flags.scheduler},
+          {"ema", flags.ema},
           {"seed", static_cast<std::int64_t>(flags.seed)},
           {"val_every", flags.val_every},
           {"val_every_steps", flags.val_every_steps},
@@ -388,12 +401,13 @@ std::string canonical_data(const std::string& spec) {
 
 /// The run's identity: every option that changes its result ("key=value" lines), and the number
 /// of ranks (each reads its shard). Written into identity.txt, every checkpoint and summary.json;
-/// --resume continues only a run of the same.
+/// --resume continues only a run of the same. Options added since a release appear only when set,
+/// so that the runs of that release still resume.
 std::string run_identity(const Flags& flags, bool cnn, int world_size) {
   std::string hidden;
   for (const auto width : flags.hidden)
     hidden += (hidden.empty() ? "" : ",") + std::to_string(width);
-  return fmt::format(
+  auto identity = fmt::format(
       "data={}\nmodel={}\nhidden={}\nbatch_size={}\naccumulate={}\noptimizer={}\nlr={}\n"
       "scheduler={}\nseed={}\nepochs={}\nmax_steps={}\nval_every={}\nval_every_steps={}\n"
       "early_stopping={}\nterminate_on_nan={}\nprecision={}\nchannels_last={}\nworld_size={}\n",
@@ -401,6 +415,8 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size) {
       flags.accumulate, flags.optimizer, flags.lr, flags.scheduler, flags.seed, flags.epochs,
       flags.max_steps, flags.val_every, flags.val_every_steps, flags.early_stopping,
       flags.terminate_on_nan ? 1 : 0, flags.precision, flags.channels_last ? 1 : 0, world_size);
+  if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
+  return identity;
 }
 
 /// Sends the torchbus log to the console and to `directory`/train.log (continued on --resume).

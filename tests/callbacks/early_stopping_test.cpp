@@ -5,8 +5,10 @@
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 
+#include <filesystem>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -237,6 +239,59 @@ BOOST_AUTO_TEST_CASE(default_priority_and_name) {
   BOOST_TEST(stopping.priority() == 50);
   BOOST_TEST(stopping.name() == "early_stopping");
   BOOST_TEST(stopping.options().monitor() == "val_loss");
+}
+
+BOOST_AUTO_TEST_CASE(restore_best_weights_ends_fit_with_the_weights_of_the_best_check) {
+  // Best 0.5 at check 1 (epoch 1); patience 2 stops at check 3.
+  ScriptedRun run("val_score", {1.0, 0.5, 0.7, 0.9});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(2).restore_best_weights(true));
+  run.trainer.add(stopping);
+  std::vector<std::vector<at::Tensor>> weights_at_checks;
+  run.trainer.on(Event::EvalEnd,
+                 [&](State&) { weights_at_checks.push_back(snapshot(*run.model)); });
+  run.fit();
+  BOOST_REQUIRE(weights_at_checks.size() == 4);
+  const auto final_weights = snapshot(*run.model);
+  for (std::size_t i = 0; i < final_weights.size(); ++i) {
+    BOOST_TEST(torch::equal(final_weights[i], weights_at_checks[1][i]));
+    BOOST_TEST(!torch::equal(final_weights[i], weights_at_checks[3][i]));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(best_weights_survive_a_resume) {
+  const auto folder = std::filesystem::temp_directory_path() / "torchbus_early_stopping_best";
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  const auto options =
+      EarlyStoppingOptions().monitor("val_score").patience(2).restore_best_weights(true);
+  std::vector<at::Tensor> best;
+  {
+    ScriptedRun first("val_score", {1.0, 0.5, 0.7, 0.9});
+    first.trainer.add(std::make_shared<EarlyStopping>(options));
+    first.trainer.on(
+        Event::EpochEnd,
+        [&](State& state) {
+          if (state.epoch == 1) best = snapshot(*first.model);
+          if (state.epoch == 2) {
+            first.trainer.save_checkpoint(folder / "epoch2.tbckpt");
+            throw std::runtime_error("killed");
+          }
+        },
+        1000);
+    BOOST_CHECK_THROW(first.fit(), std::runtime_error);
+  }
+  // The resumed run's script continues after the two checks already done.
+  ScriptedRun second("val_score", {0.9, 1.1});
+  auto stopping = std::make_shared<EarlyStopping>(options);
+  second.trainer.add(stopping);
+  second.trainer.resume_from(folder / "epoch2.tbckpt");
+  second.fit();
+  BOOST_TEST(stopping->best() == 0.5);
+  BOOST_TEST(stopping->stopped_epoch() == 3);
+  const auto final_weights = snapshot(*second.model);
+  BOOST_REQUIRE(final_weights.size() == best.size());
+  for (std::size_t i = 0; i < best.size(); ++i) BOOST_TEST(torch::equal(final_weights[i], best[i]));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

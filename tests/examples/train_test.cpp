@@ -473,6 +473,32 @@ BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_f
              json_string(read_text(reference / "summary.json"), "params_sha256"));
 }
 
+// --ema: the run ends with the averaged weights; a SIGKILL mid-epoch and --resume give the same
+// average as an uninterrupted run (the checkpoints hold the raw weights and the average).
+BOOST_AUTO_TEST_CASE(an_ema_run_killed_mid_epoch_resumes_to_the_same_average) {
+  const std::string flags = " --epochs 2 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  const auto plain = scratch("train_test", "ema_plain");
+  BOOST_TEST_REQUIRE(run_train(flags + plain.string()).status == 0);
+  const auto reference = scratch("train_test", "ema_reference");
+  BOOST_TEST_REQUIRE(run_train(flags + reference.string() + " --ema 0.9").status == 0);
+  const auto expected = read_text(reference / "summary.json");
+  BOOST_TEST(has(json_string(expected, "identity"), "ema=0.9"));
+  BOOST_TEST(json_string(expected, "params_sha256") !=
+             json_string(read_text(plain / "summary.json"), "params_sha256"));
+
+  const auto out = scratch("train_test", "ema_killed");
+  const std::vector<std::string> arguments{
+      "--epochs", "2",     "--checkpoint-every", "20", "--no-progress", "--log-every", "5", "--ema",
+      "0.9",      "--out", out.string()};
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 175 ", SIGKILL) ==
+             kKilledBy + SIGKILL);
+  const auto resumed = run_train(flags + out.string() + " --ema 0.9 --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"));
+  BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
+             json_string(expected, "params_sha256"));
+}
+
 BOOST_AUTO_TEST_CASE(a_directory_holding_a_run_needs_resume_or_overwrite) {
   const auto out = scratch("train_test", "holds_a_run");
   const std::string flags = " --epochs 1 --max-steps 5 --no-progress --out " + out.string();

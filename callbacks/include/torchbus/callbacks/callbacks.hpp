@@ -8,6 +8,7 @@
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/callbacks/default_callbacks.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
+#include <torchbus/callbacks/ema.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>

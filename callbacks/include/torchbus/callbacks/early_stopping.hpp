@@ -4,15 +4,18 @@
 /// EarlyStopping: stops the run when a monitored metric stops improving, reaches a target or
 /// diverges.
 
+#include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/metric_monitor.hpp>
+#include <torchbus/connection.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torchbus {
 
@@ -35,6 +38,9 @@ struct EarlyStoppingOptions {
   TORCH_ARG(bool, check_finite) = true;
   /// When to check: Event::EvalEnd (after every evaluation) or Event::EpochEnd.
   TORCH_ARG(Event, check_on) = Event::EvalEnd;
+  /// When fit() ends without an exception, put back the weights (parameters and buffers) the
+  /// model had at the best check, kept in memory (and in checkpoints), as Keras does.
+  TORCH_ARG(bool, restore_best_weights) = false;
 
  public:
   /// Throws ConfigError naming the first option that is out of range.
@@ -68,6 +74,10 @@ class EarlyStopping : public Callback {
   void on_eval_end(State& state) override;
   /// Checks at the end of an epoch (when check_on is EpochEnd).
   void on_epoch_end(State& state) override;
+  /// With restore_best_weights: subscribes the restore after the run's final checkpoint.
+  void on_added(Trainer& trainer) override;
+  /// The weights of the best check (restore_best_weights), parameters then buffers; empty before.
+  const std::vector<at::Tensor>& best_weights() const noexcept { return best_weights_; }
 
   /// Writes best, wait, the last point checked and the stop epoch.
   void save_state(torch::serialize::OutputArchive& archive) const override;
@@ -76,12 +86,16 @@ class EarlyStopping : public Callback {
 
  private:
   void check(State& state);
+  void keep_best_weights(const State& state);
+  void restore_best_weights(const State& state);
 
   EarlyStoppingOptions options_;
   MetricMonitor monitor_;
   std::int64_t best_step_ = -1;
   std::int64_t best_epoch_ = -1;
   std::int64_t stopped_epoch_ = -1;
+  std::vector<at::Tensor> best_weights_;
+  ScopedConnection restore_at_end_;
 };
 
 }  // namespace torchbus

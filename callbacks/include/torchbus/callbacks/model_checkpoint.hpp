@@ -57,6 +57,10 @@ class ModelCheckpoint : public Callback {
  public:
   /// Default priority: after EarlyStopping (50) and the loggers (100).
   static constexpr int kDefaultPriority = 200;
+  /// A priority after every saving callback's at ActionEnd (checkpoints, then the report at 250):
+  /// for callbacks that change the model's weights when fit() ends (EMA, EarlyStopping's
+  /// restore_best_weights), so that the run's last checkpoint holds the weights a resume needs.
+  static constexpr int kAfterFinalSave = 1000;
 
   explicit ModelCheckpoint(ModelCheckpointOptions options);
   ~ModelCheckpoint() override;

@@ -1,0 +1,125 @@
+#include "model_weights.hpp"
+
+#include <torch/nn/module.h>
+#include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/ema.hpp>
+#include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
+
+namespace torchbus {
+
+void EMAOptions::validate() const {
+  TORCHBUS_CHECK(decay() >= 0.0 && decay() < 1.0, ConfigError, "EMA: decay must be in [0, 1), got ",
+                 decay());
+  TORCHBUS_CHECK(every_n_steps() >= 1, ConfigError, "EMA: every_n_steps must be >= 1, got ",
+                 every_n_steps());
+}
+
+EMA::EMA(EMAOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+  options_.validate();
+}
+
+void EMA::on_added(Trainer& trainer) {
+  if (!options_.apply_at_end()) return;
+  apply_at_end_ = trainer.on(
+      Event::ActionEnd, [this](State& state) { apply_at_end(state); },
+      ModelCheckpoint::kAfterFinalSave);
+}
+
+void EMA::track(torch::nn::Module& model) {
+  tracked_ = detail::model_weights(model, options_.average_buffers());
+  averaged_.clear();
+  for (const auto& tensor : tracked_) averaged_.push_back(tensor.is_floating_point());
+  if (average_.empty()) return;
+  const auto mismatch = detail::weights_mismatch(average_, tracked_, "the checkpoint's averages");
+  TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "EMA '", name(), "': ", mismatch);
+  for (std::size_t i = 0; i < average_.size(); ++i) {
+    average_[i] = average_[i].to(tracked_[i].options());
+  }
+}
+
+void EMA::on_step_start(State& state) {
+  if (tracked_.empty()) start_tracking(state);
+}
+
+void EMA::start_tracking(const State& state) {
+  TORCHBUS_CHECK(state.model != nullptr, ConfigError, "EMA '", name(), "' needs state.model");
+  track(*state.model);
+  if (!average_.empty()) return;  // loaded from a checkpoint
+  at::NoGradGuard no_grad;
+  for (const auto& tensor : tracked_) average_.push_back(tensor.detach().clone());
+}
+
+void EMA::on_step_end(State& state) {
+  if (state.error || state.update_skipped || tracked_.empty() ||
+      state.step % options_.every_n_steps() != 0) {
+    return;
+  }
+  at::NoGradGuard no_grad;
+  const double weight = 1.0 - options_.decay();
+  for (std::size_t i = 0; i < tracked_.size(); ++i) {
+    if (averaged_[i]) {
+      average_[i].lerp_(tracked_[i].detach(), weight);
+    } else {
+      average_[i].copy_(tracked_[i].detach());
+    }
+  }
+  ++updates_;
+}
+
+void EMA::on_eval_start(State& state) {
+  if (!options_.evaluate_with_average() || average_.empty()) return;
+  if (tracked_.empty()) start_tracking(state);  // resumed, evaluating before the first step
+  if (raw_.size() != tracked_.size()) {
+    raw_.clear();
+    for (const auto& tensor : tracked_) raw_.push_back(at::empty_like(tensor));
+  }
+  detail::copy_weights(tracked_, raw_);
+  detail::copy_weights(average_, tracked_);
+  swapped_ = true;
+}
+
+void EMA::on_eval_end(State&) {
+  restore_raw_weights();
+}
+
+void EMA::on_exception(State&) {
+  restore_raw_weights();
+}
+
+void EMA::restore_raw_weights() {
+  if (!swapped_) return;
+  detail::copy_weights(raw_, tracked_);
+  swapped_ = false;
+}
+
+void EMA::apply_at_end(const State& state) {
+  // fit() ends with training set (evaluate() does not); an exception leaves the raw weights.
+  if (state.error || !state.training || state.model == nullptr || average_.empty()) return;
+  copy_to(*state.model);
+}
+
+void EMA::copy_to(torch::nn::Module& model) const {
+  const auto weights = detail::model_weights(model, options_.average_buffers());
+  const auto mismatch = detail::weights_mismatch(average_, weights, "the averages");
+  TORCHBUS_CHECK(mismatch.empty(), ConfigError, "EMA '", name(), "': copy_to: ", mismatch);
+  detail::copy_weights(average_, weights);
+}
+
+void EMA::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("updates", c10::IValue(updates_));
+  archive.write("average", c10::IValue(c10::List<at::Tensor>(average_)));
+}
+
+void EMA::load_state(torch::serialize::InputArchive& archive) {
+  updates_ = read_value(archive, "updates").toInt();
+  const auto list = read_value(archive, "average").toTensorList();
+  average_.assign(list.begin(), list.end());
+  tracked_.clear();  // matched against the model at the next step
+}
+
+}  // namespace torchbus

@@ -1,0 +1,37 @@
+#include "model_weights.hpp"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
+#include <torchbus/error.hpp>
+
+namespace torchbus::detail {
+
+std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffers) {
+  auto weights = model.parameters();
+  if (with_buffers) {
+    for (const auto& buffer : model.buffers()) weights.push_back(buffer);
+  }
+  return weights;
+}
+
+std::string weights_mismatch(const std::vector<at::Tensor>& kept,
+                             const std::vector<at::Tensor>& weights, const std::string& kept_name) {
+  if (kept.size() != weights.size()) {
+    return concat(kept_name, " hold ", kept.size(), " tensors, the model has ", weights.size(),
+                  " parameters and buffers");
+  }
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i].sizes() != weights[i].sizes()) {
+      return concat("tensor ", i, " of ", kept_name, " has shape ", kept[i].sizes(),
+                    ", the model's has ", weights[i].sizes());
+    }
+  }
+  return "";
+}
+
+void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Tensor>& to) {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < from.size(); ++i) to[i].detach().copy_(from[i]);
+}
+
+}  // namespace torchbus::detail

@@ -1,0 +1,28 @@
+#pragma once
+
+// The weights of a model as one list, for callbacks that keep or swap copies of them (EMA,
+// EarlyStopping's restore_best_weights). Private to the callbacks library.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace torchbus::detail {
+
+/// The model's parameters, then (with_buffers) its buffers, in `parameters()`/`buffers()` order.
+std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffers);
+
+/// Why `kept` cannot be copied into `weights` (their counts or a shape differ), or "" when it
+/// can; `kept_name` says what `kept` is, e.g. "the checkpoint's averages".
+std::string weights_mismatch(const std::vector<at::Tensor>& kept,
+                             const std::vector<at::Tensor>& weights, const std::string& kept_name);
+
+/// Copies `from[i]` into `to[i]` without recording gradients (same counts and shapes).
+void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Tensor>& to);
+
+}  // namespace torchbus::detail
