@@ -11,13 +11,20 @@
 //
 // BM_EmitObserved/<n> is BM_Emit with a DispatchObserver installed (the Profiler's cost per call).
 //
+// BM_EMA_StepEnd is one update of the EMA callback on the 784-256-10 MLP's parameters, against
+// BM_Lerp_PerParameter, the same `lerp_` per parameter written by hand (benchmarks/run prints
+// ema_over_lerp).
+//
 // Every benchmark reports allocs_per_iter: heap allocations (global operator new) per iteration,
 // which must be 0 for an emission (docs/performance.md).
 
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/ema.hpp>
 #include <torchbus/filter.hpp>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/state.hpp>
@@ -405,6 +412,40 @@ void BM_Bookkeeping_TensorStore(benchmark::State& bench) {
   report_allocations(bench, allocations_before);
 }
 BENCHMARK(BM_Bookkeeping_TensorStore);
+
+/// The MLP of the loop benchmark (784-256-10), its parameters one step apart from the average.
+torch::nn::Sequential ema_model() {
+  return torch::nn::Sequential(torch::nn::Linear(784, 256), torch::nn::Linear(256, 10));
+}
+
+void BM_EMA_StepEnd(benchmark::State& bench) {
+  auto model = ema_model();
+  torchbus::EMA ema(torchbus::EMAOptions().decay(0.999));
+  torchbus::State state;
+  state.model = model.ptr().get();
+  ema.on_step_start(state);
+  state.step = 1;
+  const auto allocations_before = allocations();
+  for (auto _ : bench) ema.on_step_end(state);
+  report_allocations(bench, allocations_before);
+}
+BENCHMARK(BM_EMA_StepEnd);
+
+void BM_Lerp_PerParameter(benchmark::State& bench) {
+  auto model = ema_model();
+  const auto parameters = model->parameters();
+  std::vector<at::Tensor> average;
+  for (const auto& parameter : parameters) average.push_back(parameter.detach().clone());
+  at::NoGradGuard no_grad;
+  const auto allocations_before = allocations();
+  for (auto _ : bench) {
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      average[i].lerp_(parameters[i].detach(), 0.001);
+    }
+  }
+  report_allocations(bench, allocations_before);
+}
+BENCHMARK(BM_Lerp_PerParameter);
 
 // NOLINTEND(readability-identifier-naming)
 

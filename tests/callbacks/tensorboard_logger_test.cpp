@@ -307,7 +307,8 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_marks_the_restart_for_tensorboard) {
   Run run(TrainerOptions().max_epochs(2));
   // A resume restores the counters of the checkpoint (here: end of epoch 0, step 4).
   pretend_resumed(run.trainer, /*step=*/4, /*epoch=*/1, /*global_batch=*/4);
-  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1)));
+  run.trainer.add(
+      std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1).group_train_val(true)));
   auto train = make_batches(4, 4);
   run.trainer.fit(train);
 
@@ -442,7 +443,8 @@ BOOST_AUTO_TEST_CASE(train_and_validation_curves_share_a_tag_in_sub_runs) {
         state.record_metric("train_accuracy", 0.5 + 0.25 * static_cast<double>(state.epoch));
       },
       -100);
-  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(2)));
+  run.trainer.add(
+      std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(2).group_train_val(true)));
   auto train = make_batches(4, 4);
   auto validation = make_batches(2, 4, 4, 3, 11);
   run.trainer.fit(train, validation);
@@ -475,11 +477,10 @@ BOOST_AUTO_TEST_CASE(train_and_validation_curves_share_a_tag_in_sub_runs) {
              boost::test_tools::per_element());
   BOOST_TEST(scalars_of(main, "metrics/train_accuracy").size() == 2u);  // still in the main run
 
-  // Switched off: no sub-run.
+  // Off (the default): no sub-run.
   TempDir other("tensorboard");
   Run again(TrainerOptions().max_epochs(1));
-  again.trainer.add(
-      std::make_shared<TensorBoardLogger>(options_in(other).step_freq(2).group_train_val(false)));
+  again.trainer.add(std::make_shared<TensorBoardLogger>(options_in(other).step_freq(2)));
   again.trainer.fit(train, validation);
   BOOST_TEST(!fs::exists(other.path / "run" / "train"));
   BOOST_TEST(!fs::exists(other.path / "run" / "val"));
@@ -602,7 +603,7 @@ BOOST_AUTO_TEST_CASE(default_priority_rank_and_options) {
   BOOST_TEST(logger.options().step_freq() == 50);
   BOOST_TEST(logger.options().histogram_buckets() == 30);
   BOOST_TEST(logger.options().parameter_histogram_freq() == 0);
-  BOOST_TEST(logger.options().group_train_val());
+  BOOST_TEST(!logger.options().group_train_val());
   BOOST_TEST(logger.options().run_options().empty());
   BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"loss"},
              boost::test_tools::per_element());

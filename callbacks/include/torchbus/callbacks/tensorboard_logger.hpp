@@ -52,8 +52,9 @@ struct TensorBoardLoggerOptions {
   /// Also write training and validation values of one quantity under one tag in the sub-runs
   /// `log_dir/train` and `log_dir/val` (as PyTorch's `add_scalars`), so that TensorBoard draws
   /// them on one chart: `val_<x>` metrics as `<x>` in val, the step scalars of `tensors_to_log`
-  /// and the `train_<x>` metrics as `<x>` in train.
-  TORCH_ARG(bool, group_train_val) = true;
+  /// and the `train_<x>` metrics as `<x>` in train. Off by default: it writes every step scalar
+  /// twice (two more event files and writer threads).
+  TORCH_ARG(bool, group_train_val) = false;
   /// Rows (option, value) of a Markdown table written once per action as the text summary
   /// `run_options` (TensorBoard's Text tab); empty: none. TensorBoardLogger::add_option adds rows.
   TORCH_ARG(OptionRows, run_options) = {};
