@@ -12,6 +12,7 @@
 #include <torchbus/trainer.hpp>
 
 #include <cmath>
+#include <utility>
 
 namespace torchbus {
 namespace {
@@ -55,6 +56,10 @@ void EarlyStopping::on_added(Trainer& trainer) {
   restore_at_end_ = trainer.on(
       Event::ActionEnd, [this](State& state) { restore_best_weights(state); },
       ModelCheckpoint::kAfterFinalSave);
+}
+
+void EarlyStopping::on_epoch_start(State&) {
+  in_fit_ = true;
 }
 
 void EarlyStopping::on_eval_end(State& state) {
@@ -120,8 +125,9 @@ void EarlyStopping::keep_best_weights(const State& state) {
 }
 
 void EarlyStopping::restore_best_weights(const State& state) {
-  // fit() ends with training set (evaluate() does not); after an exception the weights stay.
-  if (state.error || !state.training || state.model == nullptr || best_weights_.empty()) return;
+  // Only at the end of fit(), not of evaluate(); after an exception the weights stay.
+  const bool fit_ended = std::exchange(in_fit_, false);
+  if (!fit_ended || state.error || state.model == nullptr || best_weights_.empty()) return;
   const auto weights = detail::model_weights(*state.model, /*with_buffers=*/true);
   const auto mismatch = detail::weights_mismatch(best_weights_, weights, "the best weights");
   TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "EarlyStopping '", name(), "': ", mismatch);

@@ -9,6 +9,8 @@
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
 
+#include <utility>
+
 namespace torchbus {
 
 void EMAOptions::validate() const {
@@ -40,6 +42,10 @@ void EMA::track(torch::nn::Module& model) {
   for (std::size_t i = 0; i < average_.size(); ++i) {
     average_[i] = average_[i].to(tracked_[i].options());
   }
+}
+
+void EMA::on_epoch_start(State&) {
+  in_fit_ = true;
 }
 
 void EMA::on_step_start(State& state) {
@@ -98,8 +104,9 @@ void EMA::restore_raw_weights() {
 }
 
 void EMA::apply_at_end(const State& state) {
-  // fit() ends with training set (evaluate() does not); an exception leaves the raw weights.
-  if (state.error || !state.training || state.model == nullptr || average_.empty()) return;
+  // Only at the end of fit(), not of evaluate(); an exception leaves the raw weights.
+  const bool fit_ended = std::exchange(in_fit_, false);
+  if (!fit_ended || state.error || state.model == nullptr || average_.empty()) return;
   copy_to(*state.model);
 }
 

@@ -181,6 +181,27 @@ void write_figure(std::string& html, std::size_t index, const SeriesRef& series,
   html += "\n</figure>\n";
 }
 
+/// A section with a chart given to add_chart: its heading, caption and chart.
+void write_added_chart(std::string& html, std::size_t index, const ReportChart& added,
+                       const RunReportOptions& options) {
+  LineChart chart;
+  chart.name = added.title;
+  chart.x_label = added.x_label;
+  chart.x_integer = false;
+  chart.max_points = static_cast<std::size_t>(options.max_points());
+  chart.highlight = added.highlight;
+  chart.attributes.emplace_back("data-source=\"add_chart\"");
+  for (std::size_t i = 0; i < added.x.size(); ++i) {
+    chart.points.push_back(ChartPoint{added.x[i], added.y[i]});
+  }
+  fmt::format_to(std::back_inserter(html),
+                 "<section class=\"added-chart\" id=\"chart-{}\">\n<h2>{}</h2>\n"
+                 "<figure class=\"metric\">\n<figcaption>{}</figcaption>\n",
+                 index, escape_xml(added.title), escape_xml(added.caption));
+  html += render_line_chart(chart);
+  html += "\n</figure>\n</section>\n";
+}
+
 /// A `<table>` with a header row and string cells.
 void write_table(std::string& html, const char* css_class, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows) {
@@ -208,6 +229,20 @@ void ReportTable::validate() const {
                    i, " has ", rows[i].size(), " cells, the header has ", header.size(),
                    " columns");
   }
+}
+
+void ReportChart::validate() const {
+  TORCHBUS_CHECK(!title.empty(), ConfigError, "ReportChart: the title is empty");
+  TORCHBUS_CHECK(!x_label.empty(), ConfigError, "ReportChart '", title, "': the x_label is empty");
+  TORCHBUS_CHECK(x.size() == y.size(), ConfigError, "ReportChart '", title, "': ", x.size(),
+                 " x values but ", y.size(), " y values; expected one of each per point");
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    TORCHBUS_CHECK(std::isfinite(x[i]), ConfigError, "ReportChart '", title, "': x of point ", i,
+                   " is ", x[i], "; expected a finite number");
+  }
+  TORCHBUS_CHECK(!highlight || *highlight < x.size(), ConfigError, "ReportChart '", title,
+                 "': highlight ", highlight.value_or(0), " is past the last of its ", x.size(),
+                 " points");
 }
 
 RunReportOptions::RunReportOptions(std::string path) : path_(std::move(path)) {}
@@ -273,6 +308,19 @@ RunReport& RunReport::add_table_provider(ReportTableProvider provider) {
   TORCHBUS_CHECK(provider != nullptr, ConfigError, "RunReport '", name(),
                  "': add_table_provider got an empty function");
   providers_.push_back(std::move(provider));
+  return *this;
+}
+
+RunReport& RunReport::add_chart(ReportChart chart) {
+  chart.validate();
+  const auto found = std::find_if(charts_.begin(), charts_.end(), [&](const ReportChart& other) {
+    return other.title == chart.title;
+  });
+  if (found != charts_.end()) {
+    *found = std::move(chart);
+  } else {
+    charts_.push_back(std::move(chart));
+  }
   return *this;
 }
 
@@ -582,6 +630,11 @@ std::string RunReport::html(const State& state) const {
     html += "</div>\n";
   }
   html += "</section>\n";
+
+  // Charts added with add_chart.
+  for (std::size_t i = 0; i < charts_.size(); ++i) {
+    write_added_chart(html, i, charts_[i], options_);
+  }
 
   // Options.
   html += "<section id=\"options\">\n<h2>Options</h2>\n";

@@ -66,8 +66,11 @@ struct Flags {
   std::string scheduler = "none";
   std::int64_t early_stopping = 0;
   double ema = 0.0;
+  double swa_start = 0.0;
+  double swa_lr = 0.0;
   bool terminate_on_nan = true;
   double time_limit = 0.0;
+  bool find_lr = false;
 };
 
 /// `value` as text with up to six significant digits (3.40282e+38, 0.5).
@@ -156,8 +159,14 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(at_least(1));
   app.add_option("--accumulate", flags.accumulate, "batches per optimizer step")
       ->check(at_least(1));
-  app.add_option("--lr", flags.lr, "learning rate")
-      ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/true));
+  auto* lr = app.add_option("--lr", flags.lr, "learning rate")
+                 ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/true));
+  app.add_flag("--find-lr", flags.find_lr,
+               "LRFinder: before training, sweep the learning rate from 1e-7 to 10 over 100 "
+               "steps on the training data (stopped when the loss diverges), write "
+               "OUT/lr_finder.csv and train with the suggested lr (steepest descent of the "
+               "smoothed loss), which enters the run's identity; one process only")
+      ->excludes(lr);
   app.add_option("--optimizer", flags.optimizer, "sgd | adam | adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--precision", flags.precision,
@@ -220,6 +229,14 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "EMA: keep an exponential moving average of the weights with this decay (e.g. "
                  "0.999), validate with it and end with it (0: off)")
       ->check(finite_number(0, 1, /*exclusive=*/false));
+  app.add_option("--swa-start", flags.swa_start,
+                 "SWA: average the weights of every epoch from this fraction of --epochs on (e.g. "
+                 "0.75) and end with the average (0: off)")
+      ->check(finite_number(0, 1, /*exclusive=*/false));
+  app.add_option("--swa-lr", flags.swa_lr,
+                 "SWA: anneal the learning rate to this value over the averaged epochs (0: keep "
+                 "the run's learning rate)")
+      ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/false));
   app.add_flag("--terminate-on-nan,!--no-terminate-on-nan", flags.terminate_on_nan,
                "TerminateOnNaN: stop at the first non-finite loss, without its update (on)");
   app.add_option("--time-limit", flags.time_limit,
@@ -339,6 +356,9 @@ void check_flag_combinations(const Flags& flags) {
     throw UsageError("--ema needs a decay below 1 (e.g. 0.999; 0: off), got " +
                      number_text(flags.ema));
   }
+  if (flags.swa_lr > 0 && flags.swa_start <= 0) {
+    throw UsageError("--swa-lr sets the learning rate of SWA's epochs: it needs --swa-start");
+  }
   if (flags.resume && !flags.checkpoints) {
     throw UsageError("--resume needs checkpoints; drop --no-checkpoints");
   }
@@ -363,6 +383,11 @@ void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
   if (flags.ema > 0) {
     trainer.add(std::make_shared<torchbus::EMA>(torchbus::EMAOptions().decay(flags.ema)));
   }
+  if (flags.swa_start > 0) {
+    auto options = torchbus::SWAOptions().start_fraction(flags.swa_start);
+    if (flags.swa_lr > 0) options.swa_lr(flags.swa_lr).annealing_epochs(1);
+    trainer.add(std::make_shared<torchbus::SWA>(options));
+  }
   const auto steps_per_epoch = (batches_per_epoch + flags.accumulate - 1) / flags.accumulate;
   auto total_steps = steps_per_epoch * flags.epochs;
   if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
@@ -383,6 +408,8 @@ train::JsonObject describe_run(const Flags& flags) {
           {"channels_last", flags.channels_last ? "1" : "0"},
           {"scheduler", flags.scheduler},
           {"ema", flags.ema},
+          {"swa_start", flags.swa_start},
+          {"swa_lr", flags.swa_lr},
           {"seed", static_cast<std::int64_t>(flags.seed)},
           {"val_every", flags.val_every},
           {"val_every_steps", flags.val_every_steps},
@@ -416,6 +443,9 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size) {
       flags.max_steps, flags.val_every, flags.val_every_steps, flags.early_stopping,
       flags.terminate_on_nan ? 1 : 0, flags.precision, flags.channels_last ? 1 : 0, world_size);
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
+  if (flags.swa_start > 0) {
+    identity += fmt::format("swa_start={}\nswa_lr={}\n", flags.swa_start, flags.swa_lr);
+  }
   return identity;
 }
 
@@ -514,6 +544,72 @@ std::string stop_reason_of(const torchbus::State& state, const Flags& flags) {
   return "completed";
 }
 
+/// --find-lr: the learning-rate range test on the training data, on a trainer and optimizer of
+/// its own without callbacks (nothing is written, no checkpoint of the sweep). The model and the
+/// random generator are as before it, so the run trains as one given --lr with the lr found.
+torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
+                                 const torch::nn::Sequential& model, int world_size) {
+  if (world_size > 1) {
+    throw UsageError(
+        "--find-lr runs the learning-rate range test in one process; run it without mpirun, "
+        "torchrun or srun, then pass the lr it found with --lr");
+  }
+  const torchbus::LRFinderOptions options;
+  auto optimizer = make_optimizer(flags, model->parameters());
+  torchbus::Trainer trainer(
+      model, *optimizer,
+      [](const at::Tensor& output, const at::Tensor& target) {
+        return torch::nn::functional::cross_entropy(output, target);
+      },
+      torchbus::TrainerOptions()
+          .max_epochs(-1)
+          .max_steps(options.num_steps())
+          .accumulate_grad_batches(flags.accumulate)
+          .seed(flags.seed)
+          .precision(torchbus::parse_precision(flags.precision))
+          .channels_last(flags.channels_last)
+          .use_registered_subscriptions(false));
+  trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
+    if (const int signal = train::received_stop_signal()) {
+      s.request_stop(train::interrupted_reason(signal));
+    }
+  });
+  train::ShuffledBatches batches(data.train_inputs, data.train_targets, flags.batch_size,
+                                 /*shuffle=*/true, flags.seed);
+  auto result = torchbus::find_learning_rate_source(trainer, batches, options);
+  exit_if_signalled_during_startup();
+  if (!result.suggestion) {
+    throw torchbus::Error(fmt::format(
+        "--find-lr: the learning-rate range test found no learning rate ({} steps{}); choose one "
+        "with --lr instead",
+        result.lrs.size(), result.diverged ? ", the loss diverged" : ""));
+  }
+  return result;
+}
+
+/// Writes OUT/lr_finder.csv, logs the lr found and adds the loss against the lr to the report.
+void report_lr_found(const torchbus::LRFinderResult& found, const fs::path& out,
+                     torchbus::RunReport* report) {
+  found.write_csv(out / "lr_finder.csv");
+  const auto stopped = found.diverged ? " (stopped when the loss diverged)" : "";
+  torchbus::logger()->info(
+      "--find-lr: the range test ran {} steps{} and found lr {} (steepest descent of the smoothed "
+      "loss); this run trains with it; the sweep is in {}",
+      found.lrs.size(), stopped, *found.suggestion, (out / "lr_finder.csv").string());
+  if (report == nullptr) return;
+  torchbus::ReportChart chart;
+  chart.title = "Learning-rate range test";
+  chart.x_label = "log10(lr)";
+  chart.y = found.smoothed_losses;
+  chart.highlight = found.suggestion_index;
+  chart.caption = fmt::format(
+      "--find-lr: the smoothed loss of {} steps{}; ring: the lr found, {:.4g} (steepest descent), "
+      "which this run trains with",
+      found.lrs.size(), stopped, *found.suggestion);
+  for (const double lr : found.lrs) chart.x.push_back(std::log10(lr));
+  report->add_chart(std::move(chart));
+}
+
 /// Set once training started: from then on every failure is a runtime failure (exit 1).
 bool training_started = false;
 
@@ -535,7 +631,7 @@ fs::path take_run_directory(const Flags& flags, const std::string& identity,
   return resume_from;
 }
 
-int run(const Flags& flags) {
+int run(Flags flags) {
   const fs::path out(flags.out);
   // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this.
   const auto group = torchbus::ProcessGroup::from_environment();
@@ -546,6 +642,7 @@ int run(const Flags& flags) {
   train::Dataset data;
   torch::nn::Sequential model{nullptr};
   std::string identity;
+  std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   train::run_agreed(*group, [&] {
     check_flag_combinations(flags);
     if (flags.threads > 0) torch::set_num_threads(flags.threads);
@@ -553,6 +650,10 @@ int run(const Flags& flags) {
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
     model = make_model(flags, data);
+    if (flags.find_lr) {
+      lr_found = find_lr(flags, data, model, world_size);
+      flags.lr = *lr_found->suggestion;  // in the identity, the options and the summary
+    }
     identity = run_identity(flags, uses_cnn(flags, data), world_size);
     exit_if_signalled_during_startup();
   });
@@ -616,6 +717,7 @@ int run(const Flags& flags) {
     }
     outputs.run_report->add_option("world_size", std::to_string(world_size));
   }
+  if (lr_found && writes_outputs) report_lr_found(*lr_found, out, outputs.run_report.get());
   if (outputs.tensorboard_logger) {  // the run's options in TensorBoard's Text tab
     for (const auto& [key, value] : train::text_members(run_options)) {
       outputs.tensorboard_logger->add_option(key, value);
@@ -660,7 +762,7 @@ int run(const Flags& flags) {
   const auto write_summary = [&](const std::string& stop_reason, int exit_code, double seconds) {
     // Every rank reads as many samples per step (Shard::equal_sizes).
     const auto all_samples = static_cast<double>(samples) * world_size;
-    const train::JsonObject summary = {
+    train::JsonObject summary = {
         {"options", run_options},
         {"identity", identity},
         {"world_size", world_size},
@@ -675,6 +777,7 @@ int run(const Flags& flags) {
         {"stop_reason", stop_reason},
         {"exit_code", exit_code},
         {"params_sha256", train::parameters_sha256(*model)}};
+    if (lr_found) summary["lr_found"] = flags.lr;
     // Non-finite numbers (a diverged loss, a metric never computed) are written as null, bytes
     // that are not UTF-8 (in a data path) as U+FFFD.
     const auto text = summary.dump(2, ' ', false, train::JsonObject::error_handler_t::replace);

@@ -259,6 +259,21 @@ BOOST_AUTO_TEST_CASE(restore_best_weights_ends_fit_with_the_weights_of_the_best_
   }
 }
 
+BOOST_AUTO_TEST_CASE(best_weights_are_restored_by_fit_only_not_by_evaluate) {
+  ScriptedRun run("val_score", {1.0, 0.5, 0.7, 0.9});
+  run.trainer.add(std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(2).restore_best_weights(true)));
+  run.fit();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : run.model->parameters()) parameter.fill_(0.5);
+  }
+  const auto set_by_hand = snapshot(*run.model);
+  run.trainer.evaluate(run.validation);
+  const auto after = snapshot(*run.model);
+  for (std::size_t i = 0; i < after.size(); ++i) BOOST_TEST(torch::equal(after[i], set_by_hand[i]));
+}
+
 BOOST_AUTO_TEST_CASE(best_weights_survive_a_resume) {
   const auto folder = std::filesystem::temp_directory_path() / "torchbus_early_stopping_best";
   std::filesystem::remove_all(folder);

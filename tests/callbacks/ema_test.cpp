@@ -156,6 +156,23 @@ BOOST_AUTO_TEST_CASE(copy_to_writes_the_average_into_a_model_of_the_same_shape) 
                  "[8, 5]"));
 }
 
+BOOST_AUTO_TEST_CASE(evaluate_after_fit_swaps_in_the_average_and_changes_nothing_for_good) {
+  Run run(two_epochs());
+  auto ema = std::make_shared<EMA>(EMAOptions().decay(0.5));
+  run.trainer.add(ema);
+  fit_ten_steps(run);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : run.model->parameters()) parameter.fill_(0.25);
+  }
+  const auto set_by_hand = snapshot(*run.model);
+  std::vector<at::Tensor> seen;
+  run.trainer.on(Event::EvalBatchStart, [&](State&) { seen = snapshot(*run.model); });
+  run.trainer.evaluate(make_batches(1, 8));
+  BOOST_TEST(all_equal(seen, ema->average()));
+  BOOST_TEST(all_equal(snapshot(*run.model), set_by_hand));  // apply_at_end is for fit() only
+}
+
 BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused_by_name) {
   BOOST_TEST(has(message_of<ConfigError>([] { EMA(EMAOptions().decay(1.0)); }), "decay"));
   BOOST_TEST(

@@ -425,6 +425,46 @@ BOOST_AUTO_TEST_CASE(extra_tables_and_providers) {
              3u);
 }
 
+BOOST_AUTO_TEST_CASE(added_charts_have_their_own_sections) {
+  ReportRun r(TrainerOptions().max_epochs(1));
+  r.report->add_chart({"Range test", "log10(lr)", {-3, -2}, {1, 2}, std::nullopt, "old"});
+  const double nan = std::nan("");
+  r.report->add_chart(
+      {"Range test", "log10(lr)", {-3, -2.5, -2, -1.5}, {2.0, 1.5, nan, 0.5}, 1, "lr <0.01>"});
+  r.fit();
+  const auto report = Report::read(r.path);
+  const auto sections = report.root.find_all("section", "added-chart");
+  BOOST_TEST_REQUIRE(sections.size() == 1u);
+  BOOST_TEST(sections[0]->find_all("h2")[0]->all_text() == "Range test");
+  BOOST_TEST(sections[0]->find_all("figcaption")[0]->all_text() == "lr <0.01>");
+  const auto& chart = report.chart("Range test");
+  BOOST_TEST(*chart.attribute("data-source") == "add_chart");
+  BOOST_TEST(*chart.attribute("data-skipped") == "1");
+  const auto points = coordinates(chart);
+  BOOST_TEST_REQUIRE(points.size() == 3u);  // the NaN is left out
+  // x runs left to right with the given values; the ring sits on point 1.
+  BOOST_TEST(points[0].first < points[1].first);
+  BOOST_TEST(points[1].first < points[2].first);
+  const auto rings = chart.find_all("circle", "highlight");
+  BOOST_TEST_REQUIRE(rings.size() == 1u);
+  BOOST_TEST(std::stod(*rings[0]->attribute("cx")) == points[1].first,
+             boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(std::stod(*rings[0]->attribute("cy")) == points[1].second,
+             boost::test_tools::tolerance(1e-6));
+  check_geometry(report.root);
+
+  RunReport other(RunReportOptions("unused.html"));
+  const auto error = [&](const ReportChart& invalid) {
+    return message_of<ConfigError>([&] { other.add_chart(invalid); });
+  };
+  BOOST_TEST(has(error({"", "x", {}, {}, {}, ""}), "the title is empty"));
+  BOOST_TEST(has(error({"T", "", {}, {}, {}, ""}), "the x_label is empty"));
+  BOOST_TEST(has(error({"T", "x", {1}, {}, {}, ""}), "1 x values but 0 y values"));
+  BOOST_TEST(has(error({"T", "x", {nan}, {1}, {}, ""}), "x of point 0 is nan"));
+  BOOST_TEST(
+      has(error({"T", "x", {1}, {1}, 1, ""}), "highlight 1 is past the last of its 1 points"));
+}
+
 BOOST_AUTO_TEST_CASE(invalid_options_are_config_errors) {
   const auto error = [](const RunReportOptions& options) {
     return message_of<ConfigError>([&] { RunReport report(options); });

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -455,6 +456,65 @@ BOOST_AUTO_TEST_CASE(resume_never_continues_another_run) {
   BOOST_TEST(read_text(out / "summary.json") == before);
 }
 
+// --find-lr: the range test's CSV, the lr found in the summary, the options, the identity and the
+// report; the run is the one --lr with that value gives, and it resumes (the sweep is repeated).
+BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
+  const std::string flags = "--epochs 1 --max-steps 20 --hidden 16 --no-progress ";
+  const auto out = scratch("train_test", "find_lr");
+  const auto result = run_train(flags + "--find-lr --out " + out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto summary = read_text(out / "summary.json");
+  const double lr = json_number(summary, "lr_found");
+  BOOST_TEST_REQUIRE((lr > 1e-7 && lr < 10), "lr_found " << lr);
+  BOOST_TEST(torchbus::testing::json_value(summary, "options")["lr"].get<double>() == lr);
+  const auto identity = json_string(summary, "identity");
+  const auto lr_line = identity.find("\nlr=");
+  BOOST_TEST_REQUIRE(lr_line != std::string::npos, identity);
+  BOOST_TEST(std::stod(identity.substr(lr_line + 4)) == lr);  // the run's identity holds it
+
+  // The CSV: a header and at most 100 rows of increasing learning rates from 1e-7, one of them
+  // the lr found.
+  std::istringstream csv(read_text(out / "lr_finder.csv"));
+  std::string line;
+  std::getline(csv, line);
+  BOOST_TEST(line == "step,lr,loss,smoothed_loss");
+  std::vector<double> lrs;
+  while (std::getline(csv, line)) {
+    const auto first = line.find(','), second = line.find(',', first + 1);
+    BOOST_TEST_REQUIRE(second != std::string::npos, line);
+    BOOST_TEST(std::stoul(line.substr(0, first)) == lrs.size());
+    lrs.push_back(std::stod(line.substr(first + 1, second - first - 1)));
+  }
+  BOOST_TEST_REQUIRE(lrs.size() >= 12u);
+  BOOST_TEST(lrs.size() <= 100u);
+  BOOST_TEST(lrs.front() == 1e-7);
+  BOOST_TEST(std::is_sorted(lrs.begin(), lrs.end()));
+  BOOST_TEST(std::count(lrs.begin(), lrs.end(), lr) == 1);
+  BOOST_TEST(has(read_text(out / "train.log"), "--find-lr: the range test ran"));
+  const auto report = read_text(out / "report.html");
+  BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  BOOST_TEST(has(report, "data-metric=\"Learning-rate range test\""));
+
+  // The same run as one given that lr: the sweep leaves the model and the generator as they were.
+  const auto given = scratch("train_test", "find_lr_given");
+  std::ostringstream lr_text;
+  lr_text.precision(17);
+  lr_text << lr;
+  BOOST_TEST_REQUIRE(
+      run_train(flags + "--lr " + lr_text.str() + " --out " + given.string()).status == 0);
+  BOOST_TEST(json_string(read_text(given / "summary.json"), "params_sha256") ==
+             json_string(summary, "params_sha256"));
+
+  // --resume repeats the sweep, finds the same lr and so the same identity.
+  const auto resumed = run_train(flags + "--find-lr --resume --out " + out.string());
+  BOOST_TEST(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"));
+  // --lr and --find-lr together: a usage error.
+  const auto both = run_train("--lr 0.1 --find-lr --out " + out.string());
+  BOOST_TEST(both.status == 2, both.output);
+  BOOST_TEST(has(both.output, "excludes"), both.output);
+}
+
 BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_from_scratch) {
   const auto reference = scratch("train_test", "no_checkpoint_reference");
   const std::string flags = " --epochs 1 --max-steps 30 --no-progress --out ";
@@ -493,6 +553,35 @@ BOOST_AUTO_TEST_CASE(an_ema_run_killed_mid_epoch_resumes_to_the_same_average) {
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 175 ", SIGKILL) ==
              kKilledBy + SIGKILL);
   const auto resumed = run_train(flags + out.string() + " --ema 0.9 --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"));
+  BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
+             json_string(expected, "params_sha256"));
+}
+
+// --swa-start/--swa-lr: the run ends with the average of the last epochs' weights; a SIGKILL in
+// an averaged epoch and --resume give the same parameters as an uninterrupted run.
+BOOST_AUTO_TEST_CASE(an_swa_run_killed_mid_average_resumes_to_the_same_parameters) {
+  const std::string flags = " --epochs 3 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  const std::string swa = " --swa-start 0.5 --swa-lr 0.02";
+  const auto plain = scratch("train_test", "swa_plain");
+  BOOST_TEST_REQUIRE(run_train(flags + plain.string()).status == 0);
+  const auto reference = scratch("train_test", "swa_reference");
+  const auto result = run_train(flags + reference.string() + swa);
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(has(result.output, "holds the average of 2 epochs"));
+  const auto expected = read_text(reference / "summary.json");
+  BOOST_TEST(has(json_string(expected, "identity"), "swa_start=0.5\nswa_lr=0.02"));
+  BOOST_TEST(json_string(expected, "params_sha256") !=
+             json_string(read_text(plain / "summary.json"), "params_sha256"));
+
+  const auto out = scratch("train_test", "swa_killed");
+  const std::vector<std::string> arguments{
+      "--epochs",    "3",   "--checkpoint-every", "20",   "--no-progress", "--log-every", "5",
+      "--swa-start", "0.5", "--swa-lr",           "0.02", "--out",         out.string()};
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 305 ", SIGKILL) ==
+             kKilledBy + SIGKILL);
+  const auto resumed = run_train(flags + out.string() + swa + " --resume");
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   BOOST_TEST(has(resumed.output, "resumed from"));
   BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==

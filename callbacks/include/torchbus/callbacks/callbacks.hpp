@@ -11,11 +11,13 @@
 #include <torchbus/callbacks/ema.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
+#include <torchbus/callbacks/lr_finder.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
+#include <torchbus/callbacks/swa.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/callbacks/timer.hpp>

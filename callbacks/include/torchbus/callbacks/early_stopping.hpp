@@ -76,6 +76,8 @@ class EarlyStopping : public Callback {
   void on_epoch_end(State& state) override;
   /// With restore_best_weights: subscribes the restore after the run's final checkpoint.
   void on_added(Trainer& trainer) override;
+  /// Notes that fit() runs (EpochStart fires only there).
+  void on_epoch_start(State& state) override;
   /// The weights of the best check (restore_best_weights), parameters then buffers; empty before.
   const std::vector<at::Tensor>& best_weights() const noexcept { return best_weights_; }
 
@@ -95,6 +97,7 @@ class EarlyStopping : public Callback {
   std::int64_t best_epoch_ = -1;
   std::int64_t stopped_epoch_ = -1;
   std::vector<at::Tensor> best_weights_;
+  bool in_fit_ = false;  // from EpochStart to the ActionEnd of fit()
   ScopedConnection restore_at_end_;
 };
 

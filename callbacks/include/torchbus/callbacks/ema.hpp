@@ -65,6 +65,8 @@ class EMA : public Callback {
   /// structure); throws ConfigError when its tensors do not match.
   void copy_to(torch::nn::Module& model) const;
 
+  /// Notes that fit() runs (EpochStart fires only there).
+  void on_epoch_start(State& state) override;
   /// Takes the weights as the first average unless a checkpoint brought one.
   void on_step_start(State& state) override;
   /// Updates the average after every n-th applied optimizer step.
@@ -97,6 +99,7 @@ class EMA : public Callback {
   std::vector<at::Tensor> raw_;      // the raw weights while an evaluation uses the averages
   std::int64_t updates_ = 0;
   bool swapped_ = false;
+  bool in_fit_ = false;  // from EpochStart to the ActionEnd of fit()
   ScopedConnection apply_at_end_;
 };
 

@@ -32,6 +32,21 @@ struct ReportTable {
 /// Produces a table each time the report is written, e.g. from another callback's latest numbers.
 using ReportTableProvider = std::function<ReportTable()>;
 
+/// A line chart of one series against any x, shown as its own section of a report, e.g. the loss
+/// of a learning-rate range test against log10(lr).
+struct ReportChart {
+  std::string title;                     ///< section heading and chart name; unique in a report
+  std::string x_label;                   ///< caption of the x axis (not empty)
+  std::vector<double> x;                 ///< x of each point, finite, in drawing order
+  std::vector<double> y;                 ///< value of each point (non-finite ones are not drawn)
+  std::optional<std::size_t> highlight;  ///< index of a point drawn as a ring (none: no ring)
+  std::string caption;                   ///< a line of text above the chart (may be empty)
+
+  /// Throws ConfigError naming the chart and what is wrong (empty title or x_label, x and y of
+  /// different lengths, a non-finite x, a highlight past the last point).
+  void validate() const;
+};
+
 /// Where and what a RunReport writes, e.g. `RunReportOptions("runs/a/report.html").title("a")`.
 struct RunReportOptions {
   /// Writes the report to the HTML file at `path`.
@@ -92,6 +107,9 @@ class RunReport : public Callback {
   /// Adds a section whose table `provider` returns each time the report is written; a provider
   /// that throws or returns an invalid table gets a note in its section and a warning in the log.
   RunReport& add_table_provider(ReportTableProvider provider);
+  /// Adds a section with `chart` after the metrics' charts, or replaces the chart with the same
+  /// title; throws ConfigError for an invalid chart (see ReportChart::validate).
+  RunReport& add_chart(ReportChart chart);
 
   /// The report of `state` as it would be written now.
   std::string html(const State& state) const;
@@ -131,6 +149,7 @@ class RunReport : public Callback {
   std::vector<Row> app_rows_;      // added with add_option
   std::vector<ReportTable> tables_;
   std::vector<ReportTableProvider> providers_;
+  std::vector<ReportChart> charts_;
   std::vector<MetricPoint> lr_;         // sampled learning rate (record_lr)
   std::vector<MetricPoint> step_time_;  // sampled step time (record_step_time)
   Clock::time_point step_start_{};

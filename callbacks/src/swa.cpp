@@ -1,0 +1,225 @@
+#include "model_weights.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+#include <torchbus/archive_value.hpp>
+#include <torchbus/batch_source.hpp>
+#include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/callbacks/swa.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
+
+#include <cmath>
+#include <functional>
+#include <utility>
+
+namespace torchbus {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+/// A batch-norm layer of any dimension, seen through what update_batch_norm changes.
+struct BatchNormLayer {
+  c10::optional<double>* momentum;
+  std::function<void()> reset_running_stats;
+};
+
+template <typename Impl>
+bool add_if(torch::nn::Module& module, std::vector<BatchNormLayer>& layers) {
+  auto* layer = dynamic_cast<Impl*>(&module);
+  if (layer == nullptr || !layer->options.track_running_stats()) return false;
+  layers.push_back({&layer->options.momentum(), [layer] { layer->reset_running_stats(); }});
+  return true;
+}
+
+/// The batch-norm layers of `model` that track running statistics.
+std::vector<BatchNormLayer> batch_norm_layers(torch::nn::Module& model) {
+  std::vector<BatchNormLayer> layers;
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    add_if<torch::nn::BatchNorm1dImpl>(*module, layers) ||
+        add_if<torch::nn::BatchNorm2dImpl>(*module, layers) ||
+        add_if<torch::nn::BatchNorm3dImpl>(*module, layers);
+  }
+  return layers;
+}
+
+}  // namespace
+
+void SWAOptions::validate() const {
+  TORCHBUS_CHECK(start_fraction() > 0.0 && start_fraction() <= 1.0, ConfigError,
+                 "SWA: start_fraction must be in (0, 1], got ", start_fraction());
+  TORCHBUS_CHECK(!start_epoch() || *start_epoch() >= 0, ConfigError,
+                 "SWA: start_epoch must be >= 0, got ", start_epoch().value_or(0));
+  TORCHBUS_CHECK(!swa_lr() || *swa_lr() >= 0.0, ConfigError, "SWA: swa_lr must be >= 0, got ",
+                 swa_lr().value_or(0.0));
+  TORCHBUS_CHECK(annealing_epochs() >= 1, ConfigError, "SWA: annealing_epochs must be >= 1, got ",
+                 annealing_epochs());
+}
+
+SWA::SWA(SWAOptions options, std::string name)
+    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+  options_.validate();
+}
+
+double SWA::learning_rate(std::int64_t epoch, std::int64_t start_epoch, double base_lr) const {
+  if (!options_.swa_lr() || epoch < start_epoch) return base_lr;
+  const double t = std::min(1.0, static_cast<double>(epoch - start_epoch + 1) /
+                                     static_cast<double>(options_.annealing_epochs()));
+  const double alpha =
+      options_.annealing() == SWAAnnealing::Cosine ? (1.0 - std::cos(kPi * t)) / 2.0 : t;
+  return *options_.swa_lr() * alpha + base_lr * (1.0 - alpha);
+}
+
+int SWA::update_batch_norm(torch::nn::Module& model, const Forward& forward, BatchSource& data,
+                           c10::Device device) {
+  auto layers = batch_norm_layers(model);
+  if (layers.empty()) return 0;
+  std::vector<c10::optional<double>> momenta;
+  for (auto& layer : layers) {
+    momenta.push_back(*layer.momentum);
+    *layer.momentum = c10::nullopt;  // a cumulative average over the pass
+    layer.reset_running_stats();
+  }
+  struct Restore {
+    torch::nn::Module& model;
+    std::vector<BatchNormLayer>& layers;
+    std::vector<c10::optional<double>>& momenta;
+    bool training;
+    ~Restore() {
+      for (std::size_t i = 0; i < layers.size(); ++i) *layers[i].momentum = momenta[i];
+      model.train(training);
+    }
+  } restore{model, layers, momenta, model.is_training()};
+  model.train(true);
+  at::NoGradGuard no_grad;
+  data.start_epoch(0);
+  Batch batch;
+  std::int64_t batches = 0;
+  while (data.next(batch)) {
+    forward(batch.data.to(device));
+    ++batches;
+  }
+  TORCHBUS_CHECK(batches > 0, DataError, "SWA: the batch-norm data yielded no batches");
+  return static_cast<int>(layers.size());
+}
+
+void SWA::on_added(Trainer& trainer) {
+  finish_ = trainer.on(
+      Event::ActionEnd, [this, &trainer](State& state) { finish(state, trainer); },
+      ModelCheckpoint::kAfterFinalSave);
+}
+
+void SWA::on_action_start(State& state) {
+  if (options_.start_epoch()) {
+    start_epoch_ = *options_.start_epoch();
+    return;
+  }
+  TORCHBUS_CHECK(state.max_epochs >= 0, ConfigError, "SWA '", name(),
+                 "': start_fraction needs max_epochs (the run has none); set start_epoch");
+  start_epoch_ = static_cast<std::int64_t>(
+      std::floor(options_.start_fraction() * static_cast<double>(state.max_epochs)));
+  start_epoch_ = std::min(start_epoch_, std::max<std::int64_t>(state.max_epochs - 1, 0));
+}
+
+void SWA::on_step_start(State& state) {
+  if (!options_.swa_lr() || state.epoch < start_epoch_ || state.optimizer == nullptr) return;
+  auto& groups = state.optimizer->param_groups();
+  if (base_lrs_.empty()) {
+    for (auto& group : groups) base_lrs_.push_back(group.options().get_lr());
+  }
+  TORCHBUS_CHECK(base_lrs_.size() == groups.size(), CheckpointError, "SWA '", name(),
+                 "': ", base_lrs_.size(), " learning rates kept, the optimizer has ", groups.size(),
+                 " parameter groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    groups[i].options().set_lr(learning_rate(state.epoch, start_epoch_, base_lrs_[i]));
+  }
+}
+
+void SWA::on_epoch_start(State& state) {
+  in_fit_ = true;
+  // The epoch a stop or max_steps cut short at EpochEnd had ended after all: this run (resumed or
+  // not) continues with the next one.
+  if (pending_epoch_ >= 0 && state.epoch > pending_epoch_ && state.model != nullptr) {
+    add_to_average(*state.model);
+  }
+  pending_epoch_ = -1;
+}
+
+void SWA::on_epoch_end(State& state) {
+  if (state.error || start_epoch_ < 0 || state.epoch < start_epoch_ || state.model == nullptr) {
+    return;
+  }
+  const bool cut_short =
+      state.stop_requested() || (state.max_steps >= 0 && state.step >= state.max_steps);
+  if (cut_short) {
+    pending_epoch_ = state.epoch;  // added when it turns out to have ended, or at the end of fit
+  } else {
+    add_to_average(*state.model);
+  }
+}
+
+void SWA::add_to_average(torch::nn::Module& model) {
+  const auto weights = detail::model_weights(model, /*with_buffers=*/false);
+  at::NoGradGuard no_grad;
+  if (average_.empty()) {
+    for (const auto& weight : weights) average_.push_back(weight.detach().clone());
+  } else {
+    const auto mismatch = detail::weights_mismatch(average_, weights, "the average");
+    TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "SWA '", name(), "': ", mismatch);
+    const double weight_of_new = 1.0 / static_cast<double>(averaged_ + 1);
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      average_[i].lerp_(weights[i].detach(), weight_of_new);
+    }
+  }
+  ++averaged_;
+}
+
+void SWA::finish(const State& state, Trainer& trainer) {
+  // Only at the end of fit(), not of evaluate(); after an exception the weights stay.
+  const bool fit_ended = std::exchange(in_fit_, false);
+  if (!fit_ended || state.error || state.model == nullptr) return;
+  if (pending_epoch_ >= 0) {  // the weights the run ends with
+    add_to_average(*state.model);
+    pending_epoch_ = -1;
+  }
+  if (average_.empty()) {
+    logger()->warn(
+        "SWA '{}': the run ended at epoch {} before the averaging started (epoch {}); "
+        "the model keeps its weights",
+        name(), state.epoch, start_epoch_);
+    return;
+  }
+  detail::copy_weights(average_, detail::model_weights(*state.model, /*with_buffers=*/false));
+  if (options_.batch_norm_data()) {
+    update_batch_norm(
+        *state.model, [&trainer](const at::Tensor& input) { return trainer.forward(input); },
+        *options_.batch_norm_data(), state.device);
+  } else if (!batch_norm_layers(*state.model).empty()) {
+    logger()->warn(
+        "SWA '{}': the model has batch-norm layers but no batch_norm_data was given; "
+        "their statistics belong to the last weights, not to the average",
+        name());
+  }
+  logger()->info("SWA '{}': the model holds the average of {} epochs' weights", name(), averaged_);
+}
+
+void SWA::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("averaged", c10::IValue(averaged_));
+  archive.write("average", c10::IValue(c10::List<at::Tensor>(average_)));
+  archive.write("base_lrs", c10::IValue(base_lrs_));
+  archive.write("pending_epoch", c10::IValue(pending_epoch_));
+}
+
+void SWA::load_state(torch::serialize::InputArchive& archive) {
+  averaged_ = read_value(archive, "averaged").toInt();
+  const auto list = read_value(archive, "average").toTensorList();
+  average_.assign(list.begin(), list.end());
+  base_lrs_ = read_value(archive, "base_lrs").toDoubleVector();
+  pending_epoch_ = read_value(archive, "pending_epoch").toInt();
+}
+
+}  // namespace torchbus
