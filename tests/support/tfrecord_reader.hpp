@@ -4,8 +4,8 @@
 // CRC-32C checked with Boost.CRC) and parses each record with the `tensorboard.Event` class
 // protoc generates from callbacks/proto/tensorboard/event.proto (link torchbus_tensorboard_proto).
 
-#include <support/crc32c.hpp>
 #include <tensorboard/event.pb.h>
+#include <support/crc32c.hpp>
 
 #include <algorithm>
 #include <cstdint>
