@@ -39,6 +39,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <torchbus-train/blas_threads.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
@@ -296,20 +297,12 @@ struct Timing {
 
 // ---- BLAS ---------------------------------------------------------------------------------------
 
-/// OpenBLAS keeps its own thread pool, which torch::set_num_threads does not size. Set it through
-/// the loaded libblas.so.3 when that is OpenBLAS; report which BLAS it is.
+/// Sizes OpenBLAS's pool as torchbus-train --threads does; reports which BLAS it is.
 std::string configure_blas(int threads) {
-  void* blas = dlopen("libblas.so.3", RTLD_LAZY | RTLD_NOLOAD);
-  if (blas == nullptr) return "unknown (libblas.so.3 not loaded)";
-  using SetThreads = void (*)(int);
-  using GetConfig = char* (*)();
-  auto set_threads = reinterpret_cast<SetThreads>(dlsym(blas, "openblas_set_num_threads"));
-  auto get_config = reinterpret_cast<GetConfig>(dlsym(blas, "openblas_get_config"));
-  if (set_threads == nullptr) {
-    return "REFERENCE BLAS (not OpenBLAS: install libopenblas0-pthread, see docs/performance.md)";
-  }
-  set_threads(threads);
-  return std::string("OpenBLAS ") + (get_config != nullptr ? get_config() : "");
+  const auto openblas = train::set_blas_threads(threads);
+  return openblas.empty() ? "REFERENCE BLAS (not OpenBLAS: install libopenblas0-pthread, see "
+                            "docs/performance.md)"
+                          : openblas;
 }
 
 // ---- workloads ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <support/allocation_count.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/ema.hpp>
@@ -31,56 +32,20 @@
 #include <torchbus/tensor_store.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
-
-// ---- allocation counting ------------------------------------------------------------------------
-
-// The replacements below pair malloc with free; GCC cannot see that through inlining.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* memory = std::malloc(size == 0 ? 1 : size)) return memory;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  return operator new(size);
-}
-void operator delete(void* memory) noexcept {
-  std::free(memory);
-}
-void operator delete[](void* memory) noexcept {
-  std::free(memory);
-}
-void operator delete(void* memory, std::size_t) noexcept {
-  std::free(memory);
-}
-void operator delete[](void* memory, std::size_t) noexcept {
-  std::free(memory);
-}
 
 namespace {
 
 using torchbus::Event;
-using torchbus::EventBus;
+using torchbus::EventPublisher;
 using torchbus::State;
 
-std::uint64_t allocations() {
-  return g_allocations.load(std::memory_order_relaxed);
-}
+using torchbus::testing::allocations;
 
 /// Reports the heap allocations made since `start` per iteration; call right after the loop.
 void report_allocations(benchmark::State& bench, std::uint64_t start) {
@@ -109,11 +74,12 @@ void BM_EmptyLoop(benchmark::State& bench) {
 }
 BENCHMARK(BM_EmptyLoop);
 
-/// EventBus::emit of StepEnd with n lambda subscribers, under `observer` when given; returns the
-/// number of subscriber calls made.
+/// EventPublisher::emit of StepEnd with n lambda subscribers, under `observer` when given; returns
+/// the number of subscriber calls made.
 std::int64_t run_emit(benchmark::State& bench, torchbus::DispatchObserver* observer) {
   const auto subscribers = bench.range(0);
-  EventBus bus;
+  EventPublisher publisher;
+  auto& bus = publisher.bus();
   State state;
   for (std::int64_t i = 0; i < subscribers; ++i) {
     bus.on(Event::StepEnd, [](State& s) { ++s.eval_batch; });
@@ -122,7 +88,7 @@ std::int64_t run_emit(benchmark::State& bench, torchbus::DispatchObserver* obser
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);
-    bus.emit(Event::StepEnd, state);
+    publisher.emit(Event::StepEnd, state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
@@ -130,7 +96,7 @@ std::int64_t run_emit(benchmark::State& bench, torchbus::DispatchObserver* obser
   return state.eval_batch;
 }
 
-/// EventBus::emit of StepEnd with n lambda subscribers.
+/// EventPublisher::emit of StepEnd with n lambda subscribers.
 void BM_Emit(benchmark::State& bench) {
   const auto calls = run_emit(bench, nullptr);
   if (calls != static_cast<std::int64_t>(bench.iterations()) * bench.range(0)) {
@@ -187,9 +153,9 @@ BENCHMARK(BM_EmitObserved)->Arg(1)->Arg(8)->Arg(32);
 // ---- class callbacks: every built-in event is emitted once per iteration
 // --------------------------
 
-void emit_every_event(EventBus& bus, State& state) {
+void emit_every_event(EventPublisher& publisher, State& state) {
   for (std::size_t i = 0; i < torchbus::kEventCount; ++i) {
-    bus.emit(static_cast<Event>(i), state);
+    publisher.emit(static_cast<Event>(i), state);
   }
 }
 
@@ -211,12 +177,12 @@ class AllHooks : public torchbus::Callback {
 };
 
 void BM_AllEvents_NoCallback(benchmark::State& bench) {
-  EventBus bus;
+  EventPublisher publisher;
   State state;
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);
-    emit_every_event(bus, state);
+    emit_every_event(publisher, state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
@@ -225,13 +191,13 @@ BENCHMARK(BM_AllEvents_NoCallback);
 
 template <typename CallbackType>
 void BM_AllEvents_Callback(benchmark::State& bench) {
-  EventBus bus;
+  EventPublisher publisher;
   State state;
-  const auto connection = bus.add(std::make_shared<CallbackType>());
+  const auto connection = publisher.bus().add(std::make_shared<CallbackType>());
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);
-    emit_every_event(bus, state);
+    emit_every_event(publisher, state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
@@ -247,14 +213,14 @@ BENCHMARK_TEMPLATE(BM_AllEvents_Callback, AllHooks)->Name("BM_AllEvents_Callback
 
 /// One StepEnd subscriber without a filter (the step counter advances as in the loop).
 void BM_Filter_None(benchmark::State& bench) {
-  EventBus bus;
+  EventPublisher publisher;
   State state;
-  bus.on(Event::StepEnd, bump);
+  publisher.bus().on(Event::StepEnd, bump);
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     ++state.step;
     benchmark::DoNotOptimize(&state);
-    bus.emit(Event::StepEnd, state);
+    publisher.emit(Event::StepEnd, state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
@@ -264,14 +230,14 @@ BENCHMARK(BM_Filter_None);
 /// One StepEnd subscriber behind every(n): n = 1 runs it each time (pure filter cost), n = 50
 /// skips 49 of 50 (the usual logger case).
 void BM_Filter_Every(benchmark::State& bench) {
-  EventBus bus;
+  EventPublisher publisher;
   State state;
-  bus.on(Event::StepEnd, torchbus::every(bench.range(0)), bump);
+  publisher.bus().on(Event::StepEnd, torchbus::every(bench.range(0)), bump);
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     ++state.step;
     benchmark::DoNotOptimize(&state);
-    bus.emit(Event::StepEnd, state);
+    publisher.emit(Event::StepEnd, state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
@@ -283,9 +249,10 @@ BENCHMARK(BM_Filter_Every)->Arg(1)->Arg(50);
 
 /// A bus with four custom events (the emitted one registered last) and one subscriber on it.
 struct CustomFixture {
-  EventBus bus;
-  torchbus::CustomEvent event;
+  EventPublisher publisher;
+  torchbus::CustomEventPublisher event;
   CustomFixture() {
+    auto& bus = publisher.bus();
     bus.register_event("gan_generator_step");
     bus.register_event("gan_discriminator_step");
     bus.register_event("checkpoint_saved");
@@ -300,26 +267,12 @@ void BM_Custom_ById(benchmark::State& bench) {
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);
-    fixture.bus.emit(fixture.event, state);
+    fixture.event.emit(state);
     benchmark::ClobberMemory();
   }
   report_allocations(bench, allocations_before);
 }
 BENCHMARK(BM_Custom_ById);
-
-void BM_Custom_ByName(benchmark::State& bench) {
-  CustomFixture fixture;
-  State state;
-  const std::string name = "swa_update";
-  const auto allocations_before = allocations();
-  for (auto _ : bench) {
-    benchmark::DoNotOptimize(&state);
-    fixture.bus.emit(std::string_view(name), state);
-    benchmark::ClobberMemory();
-  }
-  report_allocations(bench, allocations_before);
-}
-BENCHMARK(BM_Custom_ByName);
 
 // ---- the Trainer's per-step tensor bookkeeping (see Trainer::run_step / run_batch)
 // -----------------

@@ -11,8 +11,8 @@ int main() {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   torchbus::Trainer trainer(model, optimizer, toy::loss, torchbus::TrainerOptions());
 
-  // Register the event once; subscribe by id or by name.
-  const auto bad_batch = trainer.bus().register_event("bad_batch");
+  // Register the event once: the handle publishes it; anyone subscribes by id or by name.
+  const torchbus::CustomEventPublisher bad_batch = trainer.bus().register_event("bad_batch");
   int bad_batches = 0;
   trainer.bus().on("bad_batch", [&](torchbus::State& state) {
     ++bad_batches;
@@ -21,7 +21,7 @@ int main() {
 
   trainer.set_train_step([bad_batch](torchbus::Trainer& t, torchbus::Batch& batch) {
     if (!batch.data.isfinite().all().item<bool>()) {
-      t.bus().emit(bad_batch, t.state());
+      bad_batch.emit(t.state());
       throw torchbus::CancelBatch();  // no backward for this batch
     }
     return t.compute_loss(t.forward(batch.data), batch.target);

@@ -11,8 +11,8 @@
 
 namespace torchbus {
 
-AllPredictionsSame::AllPredictionsSame(AllPredictionsSameOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+AllPredictionsSame::AllPredictionsSame(AllPredictionsSameOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   TORCHBUS_CHECK(!options_.output().empty(), ConfigError,
                  "AllPredictionsSame: the output tensor name must not be empty");
 }

@@ -28,8 +28,8 @@ void ClassificationMetricsOptions::validate() const {
                  "ClassificationMetrics: the confusion_matrix tensor name must not be empty");
 }
 
-ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority),
+ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions options)
+    : Callback(options.name(), kDefaultPriority),
       options_(std::move(options)),
       classes_(options_.num_classes()) {
   options_.validate();

@@ -130,8 +130,8 @@ void CsvLoggerOptions::validate() const {
   }
 }
 
-CsvLogger::CsvLogger(CsvLoggerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+CsvLogger::CsvLogger(CsvLoggerOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   out_.rows = std::make_unique<detail::CsvRows>();
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
@@ -149,7 +149,8 @@ CsvLogger::~CsvLogger() {
 
 // ---- opening ------------------------------------------------------------------------------------
 
-void CsvLogger::on_action_start(State& /*state*/) {
+void CsvLogger::on_action_start(State& state) {
+  if (state.fast_dev_run) return;  // writes nothing: the file stays closed
   open(/*replace=*/!options_.append() && !opened_before_);
   opened_before_ = true;
 }
@@ -404,8 +405,9 @@ void CsvLogger::on_step_end(State& state) {
   flush_if_due();
 }
 
-void CsvLogger::on_eval_start(State& /*state*/) {
-  flush_rows();  // rows do not wait while the evaluation runs
+void CsvLogger::on_eval_start(State& state) {
+  if (state.sanity_checking) return;  // as if it did not run: the header waits for the first rows
+  flush_rows();                       // rows do not wait while the evaluation runs
 }
 
 void CsvLogger::begin_row(const char* kind, const State& state) {
@@ -475,7 +477,7 @@ void CsvLogger::flush_if_due() {
   if (waited.count() >= options_.flush_secs()) flush_rows();
 }
 
-void CsvLogger::flush_rows() const {
+void CsvLogger::flush_rows() {
   if (!out_.file.is_open()) return;
   out_.text.clear();
   if (out_.header_pending) {
@@ -494,7 +496,7 @@ void CsvLogger::flush_rows() const {
                  options_.path(), "' failed: ", system_error_text(errno));
 }
 
-void CsvLogger::save_state(torch::serialize::OutputArchive& /*archive*/) const {
+void CsvLogger::on_save_checkpoint(const Checkpoint& /*checkpoint*/) {
   flush_rows();
 }
 

@@ -44,8 +44,8 @@ void EarlyStoppingOptions::validate() const {
   }
 }
 
-EarlyStopping::EarlyStopping(EarlyStoppingOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority),
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
+    : Callback(options.name(), kDefaultPriority),
       options_(std::move(options)),
       monitor_(options_.monitor(), options_.mode(), options_.min_delta()) {
   options_.validate();
@@ -58,12 +58,8 @@ void EarlyStopping::on_added(Trainer& trainer) {
       ModelCheckpoint::kAfterFinalSave);
 }
 
-void EarlyStopping::on_epoch_start(State&) {
-  in_fit_ = true;
-}
-
 void EarlyStopping::on_eval_end(State& state) {
-  if (options_.check_on() == Event::EvalEnd) check(state);
+  if (options_.check_on() == Event::EvalEnd && !state.sanity_checking) check(state);
 }
 
 void EarlyStopping::on_epoch_end(State& state) {
@@ -126,8 +122,8 @@ void EarlyStopping::keep_best_weights(const State& state) {
 
 void EarlyStopping::restore_best_weights(const State& state) {
   // Only at the end of fit(), not of evaluate(); after an exception the weights stay.
-  const bool fit_ended = std::exchange(in_fit_, false);
-  if (!fit_ended || state.error || state.model == nullptr || best_weights_.empty()) return;
+  if (state.action != Action::Fit || state.error || state.model == nullptr || best_weights_.empty())
+    return;
   const auto weights = detail::model_weights(*state.model, /*with_buffers=*/true);
   const auto mismatch = detail::weights_mismatch(best_weights_, weights, "the best weights");
   TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "EarlyStopping '", name(), "': ", mismatch);

@@ -20,8 +20,8 @@ void EMAOptions::validate() const {
                  every_n_steps());
 }
 
-EMA::EMA(EMAOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+EMA::EMA(EMAOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
 }
 
@@ -42,10 +42,6 @@ void EMA::track(torch::nn::Module& model) {
   for (std::size_t i = 0; i < average_.size(); ++i) {
     average_[i] = average_[i].to(tracked_[i].options());
   }
-}
-
-void EMA::on_epoch_start(State&) {
-  in_fit_ = true;
 }
 
 void EMA::on_step_start(State& state) {
@@ -105,8 +101,8 @@ void EMA::restore_raw_weights() {
 
 void EMA::apply_at_end(const State& state) {
   // Only at the end of fit(), not of evaluate(); an exception leaves the raw weights.
-  const bool fit_ended = std::exchange(in_fit_, false);
-  if (!fit_ended || state.error || state.model == nullptr || average_.empty()) return;
+  if (state.action != Action::Fit || state.error || state.model == nullptr || average_.empty())
+    return;
   copy_to(*state.model);
 }
 

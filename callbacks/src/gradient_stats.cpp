@@ -13,8 +13,8 @@ void GradientStatsOptions::validate() const {
                  step_freq());
   TORCHBUS_CHECK(norm_type() > 0.0, ConfigError,
                  "GradientStats: norm_type must be > 0 (or infinity), got ", norm_type());
-  TORCHBUS_CHECK(!name().empty(), ConfigError,
-                 "GradientStats: name is empty; expected a tensor and metric name such as "
+  TORCHBUS_CHECK(!metric().empty(), ConfigError,
+                 "GradientStats: metric is empty; expected a tensor and metric name such as "
                  "\"grad_norm\"");
   TORCHBUS_CHECK(event() == Event::BeforeOptimizerStep || event() == Event::AfterOptimizerStep,
                  ConfigError,
@@ -22,8 +22,8 @@ void GradientStatsOptions::validate() const {
                  to_string(event()));
 }
 
-GradientStats::GradientStats(GradientStatsOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+GradientStats::GradientStats(GradientStatsOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
 }
 
@@ -34,7 +34,7 @@ void GradientStats::on_action_start(State& state) {
   for (const auto& item : state.model->named_parameters()) {
     if (!item.value().requires_grad()) continue;
     parameters_.push_back(item.value());
-    parameter_names_.push_back(options_.name() + "/" + item.key());
+    parameter_names_.push_back(options_.metric() + "/" + item.key());
   }
   norms_.reserve(parameters_.size());
 }
@@ -65,8 +65,9 @@ void GradientStats::compute(State& state) {
   if (norms_.empty()) return;
   const auto stacked = at::stack(norms_);
   auto total = std::isinf(p) ? stacked.max() : stacked.norm(p);
-  state.tensors.set(options_.name(), total, Scope::Step);
-  if (options_.record()) state.metrics.record(options_.name(), step, state.epoch, std::move(total));
+  state.tensors.set(options_.metric(), total, Scope::Step);
+  if (options_.record())
+    state.metrics.record(options_.metric(), step, state.epoch, std::move(total));
 }
 
 }  // namespace torchbus

@@ -135,8 +135,8 @@ void validate(const ReduceOnPlateauOptions& o) {
 }  // namespace
 
 LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority),
+                                             LearningRateSchedulerOptions options)
+    : Callback(options.name(), kDefaultPriority),
       kind_(Kind::Lambda),
       schedule_(std::move(schedule)),
       options_(std::move(options)),
@@ -147,24 +147,24 @@ LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
 }
 
 LearningRateScheduler::LearningRateScheduler(const LinearWarmupOptions& warmup,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : LearningRateScheduler(make_warmup(warmup), std::move(options), std::move(name)) {}
+                                             LearningRateSchedulerOptions options)
+    : LearningRateScheduler(make_warmup(warmup), std::move(options)) {}
 
 LearningRateScheduler::LearningRateScheduler(const CosineDecayOptions& cosine,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : LearningRateScheduler(make_cosine(cosine), std::move(options), std::move(name)) {}
+                                             LearningRateSchedulerOptions options)
+    : LearningRateScheduler(make_cosine(cosine), std::move(options)) {}
 
 LearningRateScheduler::LearningRateScheduler(const OneCycleOptions& one_cycle,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : LearningRateScheduler(make_one_cycle(one_cycle), std::move(options), std::move(name)) {}
+                                             LearningRateSchedulerOptions options)
+    : LearningRateScheduler(make_one_cycle(one_cycle), std::move(options)) {}
 
 LearningRateScheduler::LearningRateScheduler(const StepDecayOptions& step_decay,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : LearningRateScheduler(make_step_decay(step_decay), std::move(options), std::move(name)) {}
+                                             LearningRateSchedulerOptions options)
+    : LearningRateScheduler(make_step_decay(step_decay), std::move(options)) {}
 
 LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority),
+                                             LearningRateSchedulerOptions options)
+    : Callback(options.name(), kDefaultPriority),
       kind_(Kind::Plateau),
       plateau_(std::move(plateau)),
       options_(std::move(options)),
@@ -173,8 +173,8 @@ LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
 }
 
 LearningRateScheduler::LearningRateScheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler,
-                                             LearningRateSchedulerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority),
+                                             LearningRateSchedulerOptions options)
+    : Callback(options.name(), kDefaultPriority),
       kind_(Kind::LibTorch),
       libtorch_(std::move(scheduler)),
       options_(std::move(options)),
@@ -250,6 +250,7 @@ void LearningRateScheduler::on_after_optimizer_step(State& state) {
 }
 
 void LearningRateScheduler::on_eval_end(State& state) {
+  if (state.sanity_checking) return;
   if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EvalEnd) check_plateau(state);
 }
 

@@ -28,7 +28,7 @@ void ModelCheckpointOptions::validate() const {
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
-    : Callback("model_checkpoint", kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
   run_on_rank(0);
   if (options_.background()) writer_ = std::make_unique<CheckpointWriter>();
@@ -37,15 +37,15 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
 ModelCheckpoint::~ModelCheckpoint() = default;
 
 void ModelCheckpoint::on_added(Trainer& trainer) {
-  trainer_ = &trainer;
   const auto& directory = options_.directory();
-  if (options_.resume() && fs::is_directory(directory)) {
+  if (options_.resume() && trainer.options().fast_dev_run() == 0 && fs::is_directory(directory)) {
     remove_stale_temporaries(directory);
     if (newest_valid_checkpoint(directory)) trainer.resume_from(directory);
   }
 }
 
-void ModelCheckpoint::on_action_start(State&) {
+void ModelCheckpoint::on_action_start(State& state) {
+  if (state.fast_dev_run) return;  // writes nothing (save() returns at once too)
   const auto& directory = options_.directory();
   TORCHBUS_CHECK(!fs::exists(directory) || fs::is_directory(directory), ConfigError,
                  "ModelCheckpoint folder ", directory.string(),
@@ -73,12 +73,9 @@ void ModelCheckpoint::on_step_end(State& state) {
   }
 }
 
-void ModelCheckpoint::on_epoch_start(State&) {
-  in_fit_ = true;
-}
-
 void ModelCheckpoint::on_eval_end(State& state) {
-  if (!in_fit_) return;  // evaluate(), not a validation of fit()
+  // evaluate(), or the sanity check before training: not a validation of fit()
+  if (state.action != Action::Fit || state.sanity_checking) return;
   ++evaluations_;
   if (pending_) save(state, /*at_epoch_end=*/false);
 }
@@ -94,13 +91,12 @@ void ModelCheckpoint::on_epoch_end(State& state) {
 
 void ModelCheckpoint::on_action_end(State& state) {
   const bool failed = static_cast<bool>(state.error);
-  if (!failed && in_fit_ &&
+  if (!failed && state.action == Action::Fit &&
       (pending_ ||
        (state.stop_requested() && options_.save_on_stop() && state.step != last_saved_step_))) {
     save(state, /*at_epoch_end=*/false);
   }
   pending_ = false;
-  in_fit_ = false;
   flush();
 }
 
@@ -135,6 +131,7 @@ std::optional<double> ModelCheckpoint::score_of(const State& state) {
 
 void ModelCheckpoint::save(State& state, bool at_epoch_end) {
   pending_ = false;
+  if (state.fast_dev_run) return;
   if (state.step == last_saved_step_ && state.epoch == last_saved_epoch_ &&
       evaluations_ == last_saved_evaluations_ && (!at_epoch_end || last_saved_at_epoch_end_)) {
     return;
@@ -145,19 +142,21 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
                 static_cast<long long>(state.epoch), static_cast<long long>(state.step),
                 kCheckpointExtension);
   const auto path = options_.directory() / name;
+  // Kept before the checkpoint is serialized, so that its own state lists it: a run resumed from
+  // it goes on pruning it (the entries pruned below are dropped by load_state, their files gone).
+  kept_.erase(
+      std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
+      kept_.end());
+  kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
   if (writer_) {
-    writer_->write(path, trainer_->checkpoint_bytes());
+    writer_->write(path, state.trainer().checkpoint_bytes(path));
   } else {
-    trainer_->save_checkpoint(path);
+    state.trainer().save_checkpoint(path);
   }
   last_saved_step_ = state.step;
   last_saved_epoch_ = state.epoch;
   last_saved_evaluations_ = evaluations_;
   last_saved_at_epoch_end_ = at_epoch_end;
-  kept_.erase(
-      std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
-      kept_.end());
-  kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
   if (options_.save_last()) {
     flush();  // the link must never point at a file still being written
     link_last(path);

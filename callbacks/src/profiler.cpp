@@ -47,8 +47,8 @@ void ProfilerOptions::validate() const {
                  "Profiler: top_n must be >= 0 (0: log every subscriber row), got ", top_n());
 }
 
-Profiler::Profiler(ProfilerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(options) {
+Profiler::Profiler(ProfilerOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(options) {
   options_.validate();
   nested_ns_.assign(8, 0);
 }
@@ -228,6 +228,21 @@ void Profiler::log_rows() const {
     } else {
       line(row.kind, row.name, row.event, "", row.total_seconds, "");
     }
+  }
+  // The order the subscribers of each reported event run in (trainer.describe(event) details it).
+  std::vector<std::string> events;
+  for (const auto& row : rows_) {
+    const bool listed = std::find(events.begin(), events.end(), row.event) != events.end();
+    if (row.kind == "subscriber" && !listed) events.push_back(row.event);
+  }
+  for (const auto& event : events) {
+    const auto builtin = find_event(event);
+    const auto channel = builtin ? index_of(*builtin) : kEventCount + bus_->custom_event(event).id;
+    std::string order;
+    for (const auto id : bus_->order_of(channel)) {
+      order += (order.empty() ? "" : ", ") + bus_->subscriber_label(id);
+    }
+    log->info("{}: order at {}: {}", prefix, event, order);
   }
 }
 

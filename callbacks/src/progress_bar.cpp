@@ -62,8 +62,8 @@ void ProgressBarOptions::validate() const {
   }
 }
 
-ProgressBar::ProgressBar(ProgressBarOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+ProgressBar::ProgressBar(ProgressBarOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
   run_on_rank(0);
   mode_ = options_.mode();

@@ -272,8 +272,8 @@ void RunReportOptions::validate() const {
 
 // ---- configuration ------------------------------------------------------------------------------
 
-RunReport::RunReport(RunReportOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+RunReport::RunReport(RunReportOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
   run_on_rank(0);
 }
@@ -338,6 +338,24 @@ void RunReport::on_added(Trainer& trainer) {
       {"gradient_clip_value", with_meaning(options.gradient_clip_value(), "off")},
       {"set_grads_to_none", options.set_grads_to_none() ? "true" : "false"},
   };
+  // Options added since, shown when set.
+  std::string schedule;
+  for (const auto& [epoch, k] : options.accumulation_schedule()) {
+    schedule += (schedule.empty() ? "" : ", ") + std::to_string(epoch) + ": " + std::to_string(k);
+  }
+  if (!schedule.empty()) trainer_rows_.emplace_back("accumulation_schedule", schedule);
+  for (const auto& [name, limit] :
+       {std::make_pair("limit_train_batches", options.limit_train_batches()),
+        std::make_pair("limit_val_batches", options.limit_val_batches())}) {
+    if (!limit.is_all()) trainer_rows_.emplace_back(name, limit.to_string());
+  }
+  if (options.fast_dev_run() > 0) {
+    trainer_rows_.emplace_back("fast_dev_run", std::to_string(options.fast_dev_run()));
+  }
+  if (options.num_sanity_val_steps() != 0) {
+    trainer_rows_.emplace_back("num_sanity_val_steps",
+                               std::to_string(options.num_sanity_val_steps()));
+  }
 }
 
 // ---- hooks --------------------------------------------------------------------------------------
@@ -356,6 +374,7 @@ void RunReport::on_action_start(State& state) {
   action_start_ = Clock::now();
   in_action_ = true;
   trains_ = false;
+  if (state.fast_dev_run) return;  // writes nothing, here, at EpochEnd or at ActionEnd
 
   start_failed_ = true;
   const fs::path path(options_.path());
@@ -408,7 +427,7 @@ void RunReport::on_step_end(State& state) {
 
 void RunReport::on_epoch_end(State& state) {
   const auto every = options_.update_every_n_epochs();
-  if (every <= 0 || (state.epoch + 1) % every != 0) return;
+  if (state.fast_dev_run || every <= 0 || (state.epoch + 1) % every != 0) return;
   try {
     write(state);
   } catch (const std::exception& failure) {
@@ -424,6 +443,7 @@ void RunReport::on_action_end(State& state) {
     start_failed_ = false;
     return;  // ActionStart already reported why the report cannot be written
   }
+  if (state.fast_dev_run) return;
   write(state);
   logger()->info("RunReport '{}': wrote {}", name(), options_.path());
 }

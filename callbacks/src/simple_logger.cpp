@@ -28,8 +28,8 @@ void SimpleLoggerOptions::validate() const {
                  precision());
 }
 
-SimpleLogger::SimpleLogger(SimpleLoggerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+SimpleLogger::SimpleLogger(SimpleLoggerOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);

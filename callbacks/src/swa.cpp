@@ -60,8 +60,8 @@ void SWAOptions::validate() const {
                  annealing_epochs());
 }
 
-SWA::SWA(SWAOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+SWA::SWA(SWAOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
 }
 
@@ -109,8 +109,7 @@ int SWA::update_batch_norm(torch::nn::Module& model, const Forward& forward, Bat
 
 void SWA::on_added(Trainer& trainer) {
   finish_ = trainer.on(
-      Event::ActionEnd, [this, &trainer](State& state) { finish(state, trainer); },
-      ModelCheckpoint::kAfterFinalSave);
+      Event::ActionEnd, [this](State& state) { finish(state); }, ModelCheckpoint::kAfterFinalSave);
 }
 
 void SWA::on_action_start(State& state) {
@@ -140,7 +139,6 @@ void SWA::on_step_start(State& state) {
 }
 
 void SWA::on_epoch_start(State& state) {
-  in_fit_ = true;
   // The epoch a stop or max_steps cut short at EpochEnd had ended after all: this run (resumed or
   // not) continues with the next one.
   if (pending_epoch_ >= 0 && state.epoch > pending_epoch_ && state.model != nullptr) {
@@ -154,7 +152,8 @@ void SWA::on_epoch_end(State& state) {
     return;
   }
   const bool cut_short =
-      state.stop_requested() || (state.max_steps >= 0 && state.step >= state.max_steps);
+      !state.epoch_end_requested() &&
+      (state.stop_requested() || (state.max_steps >= 0 && state.step >= state.max_steps));
   if (cut_short) {
     pending_epoch_ = state.epoch;  // added when it turns out to have ended, or at the end of fit
   } else {
@@ -178,10 +177,9 @@ void SWA::add_to_average(torch::nn::Module& model) {
   ++averaged_;
 }
 
-void SWA::finish(const State& state, Trainer& trainer) {
+void SWA::finish(const State& state) {
   // Only at the end of fit(), not of evaluate(); after an exception the weights stay.
-  const bool fit_ended = std::exchange(in_fit_, false);
-  if (!fit_ended || state.error || state.model == nullptr) return;
+  if (state.action != Action::Fit || state.error || state.model == nullptr) return;
   if (pending_epoch_ >= 0) {  // the weights the run ends with
     add_to_average(*state.model);
     pending_epoch_ = -1;
@@ -195,6 +193,7 @@ void SWA::finish(const State& state, Trainer& trainer) {
   }
   detail::copy_weights(average_, detail::model_weights(*state.model, /*with_buffers=*/false));
   if (options_.batch_norm_data()) {
+    auto& trainer = state.trainer();
     update_batch_norm(
         *state.model, [&trainer](const at::Tensor& input) { return trainer.forward(input); },
         *options_.batch_norm_data(), state.device);

@@ -126,8 +126,8 @@ void TensorBoardLoggerOptions::validate() const {
   }
 }
 
-TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options, std::string name)
-    : Callback(std::move(name), kDefaultPriority), options_(std::move(options)) {
+TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
+    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
   options_.validate();
   run_on_rank(0);
   for (const auto& tensor : options_.tensors_to_log()) tags_.push_back(kTensorPrefix + tensor);
@@ -165,8 +165,9 @@ void TensorBoardLogger::on_added(Trainer& trainer) {
 
 // ---- the file -----------------------------------------------------------------------------------
 
-void TensorBoardLogger::on_action_start(State& /*state*/) {
+void TensorBoardLogger::on_action_start(State& state) {
   for (auto& writer : writers_) writer.reset();
+  if (state.fast_dev_run) return;  // writes nothing: every hook finds no writer
   const fs::path directory(options_.log_dir());
   std::error_code error;
   fs::create_directories(directory, error);
@@ -199,7 +200,7 @@ void TensorBoardLogger::on_action_start(State& /*state*/) {
   resume_step_ = 0;
 }
 
-EventFileWriter& TensorBoardLogger::writer(Run run) const {
+EventFileWriter& TensorBoardLogger::writer(Run run) {
   auto& writer = writers_[run];
   if (writer) return *writer;
   // A sub-run: its scalar tags are the names of tensors_to_log (without "train/").
@@ -239,7 +240,7 @@ void TensorBoardLogger::on_action_end(State& /*state*/) {
   }
 }
 
-void TensorBoardLogger::save_state(torch::serialize::OutputArchive& /*archive*/) const {
+void TensorBoardLogger::on_save_checkpoint(const Checkpoint& /*checkpoint*/) {
   if (!writers_[kMainRun]) return;
   hand_over();
   for (const auto& writer : writers_) {
@@ -270,7 +271,7 @@ void TensorBoardLogger::write(Run run, std::int64_t step, std::vector<SummaryVal
 }
 
 void TensorBoardLogger::submit(Run run, std::int64_t step, std::vector<SummaryValue> values,
-                               double wall_time) const {
+                               double wall_time) {
   try {
     writer(run).add_summary(step, std::move(values), wall_time);
   } catch (const Error& failure) {
@@ -278,7 +279,7 @@ void TensorBoardLogger::submit(Run run, std::int64_t step, std::vector<SummaryVa
   }
 }
 
-void TensorBoardLogger::hand_over() const {
+void TensorBoardLogger::hand_over() {
   if (pending_.empty()) return;
   try {
     if (options_.group_train_val()) {
@@ -306,6 +307,7 @@ void TensorBoardLogger::on_epoch_start(State& state) {
 }
 
 void TensorBoardLogger::on_eval_start(State& state) {
+  if (state.sanity_checking) return;
   if (!begun_) begin(state);
 }
 
@@ -423,7 +425,7 @@ void TensorBoardLogger::write_parameter_histograms(const State& state) {
 // ---- epochs and metrics -------------------------------------------------------------------------
 
 void TensorBoardLogger::on_eval_end(State& state) {
-  if (writers_[kMainRun]) write_new_metrics(state);
+  if (writers_[kMainRun] && !state.sanity_checking) write_new_metrics(state);
 }
 
 void TensorBoardLogger::on_epoch_end(State& state) {

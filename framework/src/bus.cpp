@@ -1,11 +1,10 @@
 #include <spdlog/spdlog.h>
-#include <boost/signals2/dummy_mutex.hpp>
-#include <boost/signals2/signal_type.hpp>
 #include <torchbus/bus.hpp>
-#include <torchbus/control.hpp>
 #include <torchbus/decorators.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+
+#include "bus_channels.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +12,6 @@
 
 namespace torchbus {
 namespace detail {
-namespace {
 
 void log_guarded_error(std::string_view during) {
   try {
@@ -24,59 +22,6 @@ void log_guarded_error(std::string_view during) {
     logger()->error("a subscriber threw a non-standard exception during {}", during);
   }
 }
-
-/// Signals2 combiner. Runs the slots in order; StopTraining/CancelBatch end only the slot that
-/// threw and are rethrown after the others ran; in guarded mode every error is logged instead.
-struct Dispatch {
-  using result_type = void;
-  const bool* guarded = nullptr;
-
-  template <typename Iterator>
-  void operator()(Iterator first, Iterator last) const {
-    std::exception_ptr control;
-    for (; first != last; ++first) {
-      try {
-        static_cast<void>(*first);
-      } catch (const StopTraining&) {
-        if (!control) control = std::current_exception();
-      } catch (const CancelBatch&) {
-        if (!control) control = std::current_exception();
-      } catch (...) {
-        if (!*guarded) throw;
-        log_guarded_error("a guarded emission");
-      }
-    }
-    if (control && !*guarded) std::rethrow_exception(control);
-  }
-};
-
-namespace signals2 = boost::signals2;
-using Signal = signals2::signal_type<void(State&), signals2::keywords::combiner_type<Dispatch>,
-                                     signals2::keywords::group_type<int>,
-                                     signals2::keywords::mutex_type<signals2::dummy_mutex>>::type;
-
-}  // namespace
-
-/// Who a subscriber id stands for, for `EventBus::subscriber_label`.
-struct SubscriberInfo {
-  const Callback* callback = nullptr;  // a class callback, or nullptr for a plain subscription
-  int priority = 0;
-};
-
-struct Channels {
-  bool guarded = false;
-  DispatchObserver* observer = nullptr;
-  std::uint32_t depth = 0;                       // observed subscriber calls in progress
-  std::vector<std::unique_ptr<Signal>> signals;  // built-in events first, then custom events
-  std::vector<std::string> custom_names;
-  std::vector<SubscriberInfo> subscribers;  // by SubscriberId
-
-  void add_signal() { signals.push_back(std::make_unique<Signal>(Dispatch{&guarded})); }
-  SubscriberId add_subscriber(const Callback* callback, int priority) {
-    subscribers.push_back({callback, priority});
-    return subscribers.size() - 1;
-  }
-};
 
 namespace {
 
@@ -129,9 +74,10 @@ struct PlainSlot {
 };
 
 /// A subscription behind a filter, as stored in its Signals2 slot; only the calls the filter lets
-/// through are observed.
+/// through are observed. The filter lives in the subscriber's ChannelSlot (one copy per channel),
+/// where checkpoints read its count.
 struct FilteredSlot {
-  Filter filter;
+  Filter* filter;
   EventBus::Slot slot;
   std::optional<Event> event;  // empty for custom events
   Channels* channels;
@@ -139,118 +85,209 @@ struct FilteredSlot {
   SubscriberId id;
 
   void operator()(State& state) {
-    if (filter.passes(event, state)) observed(*channels, channel, id, [&] { slot(state); });
+    if (filter->passes(event, state)) observed(*channels, channel, id, [&] { slot(state); });
   }
 };
 
+/// Connects `function` to `channel` at the back of group `group`.
+boost::signals2::connection connect_slot(Channel& channel, int group,
+                                         const Signal::slot_function_type& function) {
+  return channel.signal->connect(group, function, boost::signals2::at_back);
+}
+
 }  // namespace
+
+std::string_view Channels::channel_name(std::size_t channel) const {
+  if (channel < kEventCount) return to_string(static_cast<Event>(channel));
+  TORCHBUS_CHECK(channel - kEventCount < custom_names.size(), ConfigError, "channel ", channel,
+                 " is neither a built-in event nor a registered custom event");
+  return custom_names[channel - kEventCount];
+}
+
+std::string Channels::short_label(SubscriberId id) const {
+  const auto& name = subscribers[id]->name;
+  return name.empty() ? concat("subscriber #", id) : name;
+}
+
+const Subscriber* Channels::find_named(std::string_view name) const noexcept {
+  for (const auto& subscriber : subscribers) {
+    if (subscriber->connected && subscriber->name == name) return subscriber.get();
+  }
+  return nullptr;
+}
+
+void Channels::disconnect(SubscriberId id) {
+  auto& subscriber = *subscribers[id];
+  if (!subscriber.connected) return;
+  subscriber.connected = false;
+  for (auto& slot : subscriber.slots) {
+    slot.connection.disconnect();
+    slot.function.clear();  // releases what the subscription captured
+    auto& channel = *channels[slot.channel];
+    channel.members.erase(std::find(channel.members.begin(), channel.members.end(), id));
+    channel.dirty = channel.constrained;
+    --live[slot.channel];
+  }
+  if (subscriber.callback != nullptr) {
+    callbacks.erase(std::find_if(callbacks.begin(), callbacks.end(), [&](const auto& callback) {
+      return callback.get() == subscriber.callback;
+    }));
+    subscriber.callback = nullptr;
+  }
+}
+
+void Channels::reorder(std::size_t index) {
+  auto& channel = *channels[index];
+  const auto order = resolve_order(*this, index);
+  int position = 0;
+  for (const auto id : order) {
+    auto& slots = subscribers[id]->slots;
+    auto& slot = *std::find_if(slots.begin(), slots.end(),
+                               [&](const ChannelSlot& s) { return s.channel == index; });
+    slot.connection.disconnect();
+    slot.connection = connect_slot(channel, position++, slot.function);
+  }
+  channel.dirty = false;
+}
+
 }  // namespace detail
 
-EventBus::EventBus()
-    : live_(std::make_shared<detail::LiveCounts>()),
-      channels_(std::make_unique<detail::Channels>()) {
-  for (std::size_t i = 0; i < kEventCount; ++i) channels_->add_signal();
+void CustomEventPublisher::emit(State& state) const {
+  TORCHBUS_CHECK(bus_ != nullptr, ConfigError,
+                 "this CustomEventPublisher is empty; EventBus::register_event returns one");
+  bus_->emit_custom(event_, state);
+}
+
+EventBus::EventBus() : channels_(std::make_shared<detail::Channels>()) {
+  live_ = &channels_->live;
+  for (std::size_t i = 0; i < kEventCount; ++i) {
+    channels_->channels.push_back(std::make_unique<detail::Channel>());
+    channels_->channels.back()->signal =
+        std::make_unique<detail::Signal>(detail::Dispatch{&channels_->guarded});
+  }
 }
 
 EventBus::~EventBus() = default;
 
-namespace {
-template <typename Function>
-boost::signals2::connection connect_slot(detail::Signal& signal, int priority,
-                                         Function&& function) {
-  return signal.connect(priority, std::forward<Function>(function), boost::signals2::at_back);
-}
-}  // namespace
-
-Connection EventBus::connect(std::size_t channel, Slot slot, int priority) {
+Connection EventBus::subscribe(const std::vector<std::size_t>& channel_indices, Filter filter,
+                               Slot slot, Placement placement) {
   TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
+  TORCHBUS_CHECK(!channel_indices.empty(), ConfigError, "cannot subscribe to an empty event list");
   auto& channels = *channels_;
-  const auto id = channels.add_subscriber(nullptr, priority);
-  auto connection = connect_slot(*channels.signals[channel], priority,
-                                 detail::PlainSlot{std::move(slot), &channels, channel, id});
-  ++(*live_)[channel];
-  return Connection(std::move(connection), live_, channel);
+  const auto& name = placement.name();
+  TORCHBUS_CHECK(name.empty() || channels.find_named(name) == nullptr, ConfigError,
+                 "a subscriber named '", name,
+                 "' is already connected; callbacks and named subscriptions share one namespace");
+  const SubscriberId id = channels.subscribers.size();
+  auto subscriber = std::make_unique<detail::Subscriber>();
+  subscriber->name = name;
+  subscriber->priority = placement.priority();
+  subscriber->after = placement.after_names();
+  subscriber->before = placement.before_names();
+  for (const auto index : channel_indices) {
+    detail::ChannelSlot entry;
+    entry.channel = index;
+    if (filter.passes_everything()) {
+      entry.function = detail::PlainSlot{slot, &channels, index, id};
+    } else {
+      entry.filter = std::make_unique<Filter>(filter);
+      const auto event =
+          index < kEventCount ? std::optional(static_cast<Event>(index)) : std::nullopt;
+      entry.function = detail::FilteredSlot{entry.filter.get(), slot, event, &channels, index, id};
+    }
+    subscriber->slots.push_back(std::move(entry));
+  }
+  channels.subscribers.push_back(std::move(subscriber));
+  attach(id);
+  return Connection(channels_, id);
 }
 
-Connection EventBus::connect(std::size_t channel, std::optional<Event> event, Filter filter,
-                             Slot slot, int priority) {
-  if (filter.passes_everything()) return connect(channel, std::move(slot), priority);
-  TORCHBUS_CHECK(static_cast<bool>(slot), ConfigError, "cannot subscribe an empty function");
+void EventBus::attach(SubscriberId id) {
   auto& channels = *channels_;
-  const auto id = channels.add_subscriber(nullptr, priority);
-  auto connection = connect_slot(
-      *channels.signals[channel], priority,
-      detail::FilteredSlot{std::move(filter), std::move(slot), event, &channels, channel, id});
-  ++(*live_)[channel];
-  return Connection(std::move(connection), live_, channel);
+  auto& subscriber = *channels.subscribers[id];
+  for (auto& slot : subscriber.slots) {
+    auto& channel = *channels.channels[slot.channel];
+    channel.constrained = channel.constrained || subscriber.constrained();
+    channel.dirty = channel.constrained;  // reordered before the next emission
+    slot.connection = detail::connect_slot(channel, subscriber.priority, slot.function);
+    channel.members.push_back(id);
+    ++(*live_)[slot.channel];
+  }
 }
 
-Connection EventBus::on(Event event, Slot slot, int priority) {
-  return connect(index_of(event), std::move(slot), priority);
+Connection EventBus::on(EventList events, Slot slot, Placement placement) {
+  return on(events, Filter{}, std::move(slot), std::move(placement));
 }
 
-Connection EventBus::on(Event event, Filter filter, Slot slot, int priority) {
-  return connect(index_of(event), event, std::move(filter), std::move(slot), priority);
+Connection EventBus::on(EventList events, Filter filter, Slot slot, Placement placement) {
+  std::vector<std::size_t> indices;
+  for (std::size_t i = 0; i < kEventCount; ++i) {
+    if (events.contains(static_cast<Event>(i))) indices.push_back(i);
+  }
+  return subscribe(indices, std::move(filter), std::move(slot), std::move(placement));
 }
 
-Connection EventBus::on(CustomEvent event, Slot slot, int priority) {
-  return on(event, Filter{}, std::move(slot), priority);
+Connection EventBus::on(CustomEvent event, Slot slot, Placement placement) {
+  return on(event, Filter{}, std::move(slot), std::move(placement));
 }
 
-Connection EventBus::on(CustomEvent event, Filter filter, Slot slot, int priority) {
+Connection EventBus::on(CustomEvent event, Filter filter, Slot slot, Placement placement) {
   TORCHBUS_CHECK(event.id < channels_->custom_names.size(), ConfigError, "custom event id ",
                  event.id, " is not registered on this bus (", channels_->custom_names.size(),
                  " registered)");
-  return connect(kEventCount + event.id, std::nullopt, std::move(filter), std::move(slot),
-                 priority);
+  return subscribe({kEventCount + event.id}, std::move(filter), std::move(slot),
+                   std::move(placement));
 }
 
-Connection EventBus::on(std::string_view name, Slot slot, int priority) {
-  return on(name, Filter{}, std::move(slot), priority);
+Connection EventBus::on(std::string_view name, Slot slot, Placement placement) {
+  return on(name, Filter{}, std::move(slot), std::move(placement));
 }
 
-Connection EventBus::on(std::string_view name, Filter filter, Slot slot, int priority) {
-  const auto channel = channel_of(name);
-  const auto event =
-      channel < kEventCount ? std::optional(static_cast<Event>(channel)) : std::nullopt;
-  return connect(channel, event, std::move(filter), std::move(slot), priority);
+Connection EventBus::on(std::string_view name, Filter filter, Slot slot, Placement placement) {
+  return subscribe({channel_of(name)}, std::move(filter), std::move(slot), std::move(placement));
 }
 
 Connection EventBus::add(Subscription subscription) {
-  if (const auto* event = std::get_if<Event>(&subscription.event)) {
-    return on(*event, std::move(subscription.filter), std::move(subscription.slot),
-              subscription.priority);
+  if (const auto* events = std::get_if<EventList>(&subscription.event)) {
+    return on(*events, std::move(subscription.filter), std::move(subscription.slot),
+              std::move(subscription.placement));
   }
   return on(std::get<std::string>(subscription.event), std::move(subscription.filter),
-            std::move(subscription.slot), subscription.priority);
+            std::move(subscription.slot), std::move(subscription.placement));
 }
 
-CallbackConnection EventBus::add(std::shared_ptr<Callback> callback) {
+CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, EventList hooks) {
   TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
+  auto& channels = *channels_;
   const auto name = callback->name();
-  TORCHBUS_CHECK(find_callback(name) == nullptr, ConfigError, "a callback named '", name,
+  TORCHBUS_CHECK(channels.find_named(name) == nullptr, ConfigError, "a callback named '", name,
                  "' is already added; callback names identify their state in checkpoints and "
                  "must be unique (give one a name through Callback(name))");
-  const auto hooks = overridden_hooks(*callback);
-  std::vector<Connection> connections;
-  auto* channels = channels_.get();
-  const int priority = callback->priority();
-  const auto id = channels->add_subscriber(callback.get(), priority);
-#define TORCHBUS_CONNECT_HOOK(Name, name)                                                   \
-  if (hooks.test(index_of(Event::Name))) {                                                  \
-    auto connection = connect_slot(*channels->signals[index_of(Event::Name)], priority,     \
-                                   [target = callback.get(), channels, id](State& state) {  \
-                                     if (!target->runs_on(state.rank)) return;              \
-                                     detail::observed(*channels, index_of(Event::Name), id, \
-                                                      [&] { target->on_##name(state); });   \
-                                   });                                                      \
-    ++(*live_)[index_of(Event::Name)];                                                      \
-    connections.emplace_back(std::move(connection), live_, index_of(Event::Name));          \
+  const SubscriberId id = channels.subscribers.size();
+  auto subscriber = std::make_unique<detail::Subscriber>();
+  subscriber->name = name;
+  subscriber->callback = callback.get();
+  subscriber->priority = callback->priority();
+  subscriber->after = callback->after_names();
+  subscriber->before = callback->before_names();
+  auto* state = &channels;
+#define TORCHBUS_HOOK_SLOT(Name, name)                                                    \
+  if (hooks.contains(Event::Name)) {                                                      \
+    detail::ChannelSlot entry;                                                            \
+    entry.channel = index_of(Event::Name);                                                \
+    entry.function = [target = callback, state, id](State& s) {                           \
+      if (!target->runs_on(s.rank)) return;                                               \
+      detail::observed(*state, index_of(Event::Name), id, [&] { target->on_##name(s); }); \
+    };                                                                                    \
+    subscriber->slots.push_back(std::move(entry));                                        \
   }
-  TORCHBUS_FOR_EACH_EVENT(TORCHBUS_CONNECT_HOOK)
-#undef TORCHBUS_CONNECT_HOOK
-  callbacks_.push_back(std::move(callback));
-  return CallbackConnection(std::move(connections));
+  TORCHBUS_FOR_EACH_EVENT(TORCHBUS_HOOK_SLOT)
+#undef TORCHBUS_HOOK_SLOT
+  const auto connected_hooks = subscriber->slots.size();
+  channels.subscribers.push_back(std::move(subscriber));
+  attach(id);
+  channels.callbacks.push_back(std::move(callback));
+  return CallbackConnection(Connection(channels_, id), connected_hooks);
 }
 
 std::vector<Connection> EventBus::add_registered() {
@@ -260,7 +297,7 @@ std::vector<Connection> EventBus::add_registered() {
     const auto& names = channels_->custom_names;
     if (custom && !find_event(*custom) &&
         std::find(names.begin(), names.end(), *custom) == names.end()) {
-      pending_registered_.push_back(subscription);  // connected when the event is registered
+      channels_->pending_registered.push_back(subscription);  // connected when registered
     } else {
       connections.push_back(add(subscription));
     }
@@ -268,23 +305,46 @@ std::vector<Connection> EventBus::add_registered() {
   return connections;
 }
 
-CustomEvent EventBus::register_event(std::string name) {
+void EventBus::remove(std::string_view name) {
+  auto& channels = *channels_;
+  for (SubscriberId id = 0; id < channels.subscribers.size(); ++id) {
+    const auto& subscriber = *channels.subscribers[id];
+    if (subscriber.connected && subscriber.name == name) {
+      channels.disconnect(id);
+      return;
+    }
+  }
+  std::vector<std::string> present;
+  for (const auto& callback : channels.callbacks) present.push_back(callback->name());
+  throw ConfigError(detail::concat("cannot remove '", name,
+                                   "': no callback or named subscription has that name; callbacks "
+                                   "present: ",
+                                   detail::join_or_none(present)));
+}
+
+CustomEventPublisher EventBus::register_event(std::string name) {
   TORCHBUS_CHECK(!name.empty(), ConfigError, "a custom event needs a non-empty name");
   TORCHBUS_CHECK(!find_event(name), ConfigError, "cannot register custom event '", name,
                  "': it is the name of a built-in event");
-  auto& names = channels_->custom_names;
+  auto& channels = *channels_;
+  auto& names = channels.custom_names;
   TORCHBUS_CHECK(std::find(names.begin(), names.end(), name) == names.end(), ConfigError,
                  "custom event '", name, "' is already registered on this bus");
   names.push_back(std::move(name));
-  channels_->add_signal();
+  channels.channels.push_back(std::make_unique<detail::Channel>());
+  channels.channels.back()->signal =
+      std::make_unique<detail::Signal>(detail::Dispatch{&channels.guarded});
   live_->custom.push_back(0);
   const CustomEvent event{names.size() - 1};
-  auto waiting = std::stable_partition(
-      pending_registered_.begin(), pending_registered_.end(),
-      [&](const Subscription& s) { return std::get<std::string>(s.event) != names.back(); });
-  for (auto it = waiting; it != pending_registered_.end(); ++it) add(std::move(*it));
-  pending_registered_.erase(waiting, pending_registered_.end());
-  return event;
+  auto& pending = channels.pending_registered;
+  auto waiting = std::stable_partition(pending.begin(), pending.end(), [&](const Subscription& s) {
+    return std::get<std::string>(s.event) != names.back();
+  });
+  std::vector<Subscription> ready(std::make_move_iterator(waiting),
+                                  std::make_move_iterator(pending.end()));
+  pending.erase(waiting, pending.end());
+  for (auto& subscription : ready) add(std::move(subscription));
+  return CustomEventPublisher(*this, event);
 }
 
 CustomEvent EventBus::custom_event(std::string_view name) const {
@@ -305,30 +365,138 @@ std::size_t EventBus::channel_of(std::string_view name) const {
   return kEventCount + custom_event(name).id;
 }
 
-void EventBus::emit(CustomEvent event, State& state) {
+void EventBus::emit_custom(CustomEvent event, State& state) {
   TORCHBUS_CHECK(event.id < live_->custom.size(), ConfigError, "custom event id ", event.id,
                  " is not registered on this bus");
   if (live_->custom[event.id] != 0) dispatch(kEventCount + event.id, state);
 }
 
-void EventBus::emit(std::string_view name, State& state) {
-  const auto channel = channel_of(name);
-  if ((*live_)[channel] != 0) dispatch(channel, state);
+void EventBus::dispatch(std::size_t index, State& state) {
+  auto& channel = *channels_->channels[index];
+  if (channel.dirty && channel.emitting == 0) channels_->reorder(index);
+  ++channel.emitting;
+  struct Done {
+    std::uint32_t& emitting;
+    ~Done() { --emitting; }
+  } done{channel.emitting};
+  (*channel.signal)(state);
 }
 
-void EventBus::dispatch(std::size_t channel, State& state) {
-  (*channels_->signals[channel])(state);
+void EventBus::dispatch_guarded(std::size_t index, State& state) {
+  if ((*live_)[index] == 0) return;
+  auto& guarded = channels_->guarded;
+  const bool was_guarded = std::exchange(guarded, true);
+  try {
+    auto& channel = *channels_->channels[index];
+    if (channel.dirty && channel.emitting == 0) {
+      try {
+        channels_->reorder(index);
+      } catch (const ConfigError& error) {
+        logger()->error("a guarded emission of {} runs its subscribers in their last order: {}",
+                        channels_->channel_name(index), error.what());
+        channel.dirty = false;
+      }
+    }
+    dispatch(index, state);
+  } catch (...) {
+    guarded = was_guarded;
+    throw;
+  }
+  guarded = was_guarded;
 }
 
-void EventBus::emit_guarded(Event event, State& state) {
-  if (live_->builtin[index_of(event)] == 0) return;
-  const bool was_guarded = std::exchange(channels_->guarded, true);
-  (*channels_->signals[index_of(event)])(state);
-  channels_->guarded = was_guarded;
+void EventBus::check_order() const {
+  detail::check_constraint_names(*channels_);
+  for (std::size_t index = 0; index < channels_->channels.size(); ++index) {
+    if (channels_->channels[index]->constrained) detail::resolve_order(*channels_, index);
+  }
+}
+
+std::string EventBus::describe(Event event) const {
+  return describe_channel(index_of(event));
+}
+
+std::string EventBus::describe(CustomEvent event) const {
+  TORCHBUS_CHECK(event.id < channels_->custom_names.size(), ConfigError, "custom event id ",
+                 event.id, " is not registered on this bus");
+  return describe_channel(kEventCount + event.id);
+}
+
+std::vector<SubscriberId> EventBus::order_of(std::size_t channel) const {
+  channel_name(channel);  // throws ConfigError for a channel that does not exist
+  return detail::resolve_order(*channels_, channel);
+}
+
+std::string EventBus::describe_channel(std::size_t index) const {
+  const auto& channels = *channels_;
+  const auto order = detail::resolve_order(channels, index);
+  auto text = detail::concat(channels.channel_name(index), ": ", order.size(),
+                             order.size() == 1 ? " subscriber" : " subscribers",
+                             order.empty() ? "" : ", in the order they run:", "\n");
+  std::size_t position = 0;
+  for (const auto id : order) {
+    const auto& subscriber = *channels.subscribers[id];
+    text += detail::concat("  ", ++position, ". ", channels.short_label(id), " (priority ",
+                           subscriber.priority);
+    if (!subscriber.after.empty()) text += ", after " + detail::join_or_none(subscriber.after);
+    if (!subscriber.before.empty()) text += ", before " + detail::join_or_none(subscriber.before);
+    text += ")\n";
+  }
+  return text;
 }
 
 std::size_t EventBus::subscriber_count(CustomEvent event) const {
   return event.id < live_->custom.size() ? live_->custom[event.id] : 0;
+}
+
+const std::vector<std::shared_ptr<Callback>>& EventBus::callbacks() const noexcept {
+  return channels_->callbacks;
+}
+
+Callback* EventBus::find_callback(std::string_view name) const noexcept {
+  for (const auto& callback : channels_->callbacks) {
+    if (callback->name() == name) return callback.get();
+  }
+  return nullptr;
+}
+
+namespace {
+/// Calls `visit(key, filter)` for the filter of every connected filtered subscription, keyed as
+/// `EventBus::filter_counts` documents.
+template <typename Visit>
+void for_each_filter(detail::Channels& channels, Visit&& visit) {
+  for (std::size_t index = 0; index < channels.channels.size(); ++index) {
+    std::size_t position = 0;
+    for (const auto id : channels.channels[index]->members) {
+      auto& subscriber = *channels.subscribers[id];
+      for (auto& slot : subscriber.slots) {
+        if (slot.channel != index || slot.filter == nullptr) continue;
+        const auto event = channels.channel_name(index);
+        auto key = subscriber.name.empty()        ? detail::concat(event, "#", position)
+                   : subscriber.slots.size() == 1 ? subscriber.name
+                                                  : detail::concat(subscriber.name, "@", event);
+        visit(key, *slot.filter);
+        ++position;
+      }
+    }
+  }
+}
+}  // namespace
+
+EventBus::FilterCounts EventBus::filter_counts() const {
+  FilterCounts counts;
+  for_each_filter(*channels_, [&](std::string& key, const Filter& filter) {
+    counts.emplace_back(std::move(key), filter.own_count());
+  });
+  return counts;
+}
+
+void EventBus::restore_filter_counts(const FilterCounts& counts) {
+  for_each_filter(*channels_, [&](const std::string& key, Filter& filter) {
+    const auto found = std::find_if(counts.begin(), counts.end(),
+                                    [&](const auto& entry) { return entry.first == key; });
+    if (found != counts.end()) filter.set_own_count(found->second);
+  });
 }
 
 void EventBus::set_observer(DispatchObserver* observer) {
@@ -347,9 +515,9 @@ std::string EventBus::subscriber_label(SubscriberId id) const {
   const auto& subscribers = channels_->subscribers;
   TORCHBUS_CHECK(id < subscribers.size(), ConfigError, "no subscriber has id ", id,
                  " on this bus (it has given out ", subscribers.size(), " ids)");
-  const auto& info = subscribers[id];
-  if (info.callback != nullptr) return info.callback->name();
-  return detail::concat("subscriber #", id, " (priority ", info.priority, ")");
+  const auto& subscriber = *subscribers[id];
+  if (!subscriber.name.empty()) return subscriber.name;
+  return detail::concat("subscriber #", id, " (priority ", subscriber.priority, ")");
 }
 
 SubscriberId EventBus::next_subscriber_id() const noexcept {
@@ -357,18 +525,7 @@ SubscriberId EventBus::next_subscriber_id() const noexcept {
 }
 
 std::string_view EventBus::channel_name(std::size_t channel) const {
-  if (channel < kEventCount) return to_string(static_cast<Event>(channel));
-  const auto& names = channels_->custom_names;
-  TORCHBUS_CHECK(channel - kEventCount < names.size(), ConfigError, "channel ", channel,
-                 " is neither a built-in event nor a registered custom event");
-  return names[channel - kEventCount];
-}
-
-Callback* EventBus::find_callback(std::string_view name) const noexcept {
-  for (const auto& callback : callbacks_) {
-    if (callback->name() == name) return callback.get();
-  }
-  return nullptr;
+  return channels_->channel_name(channel);
 }
 
 }  // namespace torchbus

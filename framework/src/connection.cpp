@@ -1,16 +1,16 @@
-#include <torchbus/bus.hpp>
 #include <torchbus/connection.hpp>
+
+#include "bus_channels.hpp"
 
 namespace torchbus {
 
-Connection::Connection(boost::signals2::connection connection,
-                       std::weak_ptr<detail::LiveCounts> counts, std::size_t channel)
-    : connection_(std::move(connection)), counts_(std::move(counts)), channel_(channel) {}
-
 void Connection::disconnect() {
-  if (!connection_.connected()) return;
-  connection_.disconnect();
-  if (auto counts = counts_.lock()) --(*counts)[channel_];
+  if (auto channels = channels_.lock()) channels->disconnect(id_);
+}
+
+bool Connection::connected() const {
+  const auto channels = channels_.lock();
+  return channels != nullptr && channels->subscribers[id_]->connected;
 }
 
 ScopedConnection& ScopedConnection::operator=(ScopedConnection&& other) noexcept {

@@ -1,3 +1,4 @@
+#include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
 
 namespace torchbus {
@@ -11,6 +12,24 @@ void State::request_stop(std::string reason) {
 void State::clear_stop() noexcept {
   stop_requested_ = false;
   stop_reason_.clear();
+}
+
+void State::request_epoch_end(std::string reason) {
+  if (epoch_end_requested_) return;
+  epoch_end_requested_ = true;
+  epoch_end_reason_ = std::move(reason);
+}
+
+void State::clear_epoch_end() noexcept {
+  epoch_end_requested_ = false;
+  epoch_end_reason_.clear();
+}
+
+Trainer& State::trainer() const {
+  TORCHBUS_CHECK(trainer_ != nullptr, ConfigError,
+                 "state.trainer() was called outside fit() and evaluate(); the trainer is known "
+                 "only while it runs an action (from ActionStart to ActionEnd)");
+  return *trainer_;
 }
 
 }  // namespace torchbus

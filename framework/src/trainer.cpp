@@ -53,17 +53,17 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
                  "Trainer needs a loss function (output, target) -> scalar tensor");
   options_.validate();
   open_ends_.reserve(8);
-  if (options_.use_registered_subscriptions()) bus_.add_registered();
+  if (options_.use_registered_subscriptions()) bus().add_registered();
 }
 
 Trainer::~Trainer() = default;
 
-CallbackConnection Trainer::add(std::shared_ptr<Callback> callback) {
+void Trainer::prepare_to_add(Callback* callback) {
   TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
-  TORCHBUS_CHECK(bus_.find_callback(callback->name()) == nullptr, ConfigError, "a callback named '",
-                 callback->name(), "' is already added; names must be unique");
+  TORCHBUS_CHECK(bus().find_callback(callback->name()) == nullptr, ConfigError,
+                 "a callback named '", callback->name(),
+                 "' is already added; names must be unique");
   callback->on_added(*this);
-  return bus_.add(std::move(callback));
 }
 
 Trainer& Trainer::set_train_step(StepFunction step) {
@@ -80,9 +80,11 @@ Trainer& Trainer::set_eval_step(StepFunction step) {
 
 void Trainer::fire(Event event) {
   try {
-    bus_.emit(event, state_);
+    publisher_.emit(event, state_);
   } catch (const StopTraining& stop) {
     state_.request_stop(stop.reason());
+  } catch (const CancelEpoch& cancel) {
+    state_.request_epoch_end(cancel.reason());
   } catch (const CancelBatch&) {
     TORCHBUS_CHECK(event == Event::BatchStart || event == Event::BeforeBackward ||
                        event == Event::EvalBatchStart,
@@ -110,15 +112,22 @@ void Trainer::ensure_idle() const {
                  "start it from outside its subscribers");
 }
 
+void Trainer::set_action(Action action) noexcept {
+  state_.action = action;
+  state_.trainer_ = action == Action::None ? nullptr : this;
+}
+
 template <typename Body>
 void Trainer::run_action(Body&& body) {
   ensure_idle();
+  bus().check_order();  // an unknown name or a cycle fails before ActionStart
   running_ = true;
   struct Finish {
     bool& running;
     ~Finish() { running = false; }
   } finish{running_};
   state_.clear_stop();
+  state_.clear_epoch_end();
   state_.error = nullptr;
   state_.error_message.clear();
   open_ends_.clear();
@@ -129,13 +138,13 @@ void Trainer::run_action(Body&& body) {
     close();
   } catch (...) {
     state_.error = std::current_exception();
-    state_.error_message = describe(state_.error);
+    state_.error_message = torchbus::describe(state_.error);
     if (process_group_) process_group_->report_failure(state_.error_message);
-    bus_.emit_guarded(Event::Exception, state_);
+    publisher_.emit_guarded(Event::Exception, state_);
     while (!open_ends_.empty()) {
       const Event end = open_ends_.back();
       open_ends_.pop_back();
-      bus_.emit_guarded(end, state_);
+      publisher_.emit_guarded(end, state_);
     }
     throw;
   }
@@ -173,14 +182,37 @@ void Trainer::prepare_run() {
   state_.model = module_.get();
   state_.optimizer = &optimizer_;
   state_.device = device;
-  state_.accumulate_grad_batches = options_.accumulate_grad_batches();
+  state_.accumulate_grad_batches = options_.accumulate_grad_batches_at(0);
   state_.max_epochs = options_.max_epochs();
   state_.max_steps = options_.max_steps();
+  state_.fast_dev_run = options_.fast_dev_run() > 0;
 }
 
 void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   ensure_idle();
+  struct Context {
+    Trainer& trainer;
+    ~Context() { trainer.set_action(Action::None); }
+  } context{*this};
+  set_action(Action::Fit);
   options_.validate();
+  // fast_dev_run's overrides hold for this fit only.
+  const TrainerOptions configured = options_;
+  struct RestoreOptions {
+    Trainer& trainer;
+    const TrainerOptions& options;
+    ~RestoreOptions() { trainer.options_ = options; }
+  } restore_options{*this, configured};
+  options_ = configured.effective();
+  TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
+                 "fast_dev_run checks the loop from a fresh start and does not resume (from ",
+                 resume_path_ ? resume_path_->string() : std::string(),
+                 "); drop one of them (a ModelCheckpoint with resume(true) asks for a resume)");
+  train_batch_limit_ =
+      options_.limit_train_batches().batches_per_pass(train.size(), "limit_train_batches");
+  val_batch_limit_ = validation ? options_.limit_val_batches().batches_per_pass(validation->size(),
+                                                                                "limit_val_batches")
+                                : -1;
   prepare_run();
   if (options_.seed()) torch::manual_seed(*options_.seed());
   state_.epoch = state_.step = state_.batch_in_epoch = state_.global_batch = 0;
@@ -192,9 +224,14 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   clear_gradients();
   loss_scaler_.reset();
   if (options_.precision() == Precision::FP16Mixed) loss_scaler_.emplace(options_.loss_scaler());
+  state_.sanity_checking = false;
+  const bool fresh = !resume_path_;
   if (resume_path_) restore_for_resume();
   run_action([&] {
     if (process_group_) start_process_group();
+    if (fresh && validation && options_.num_sanity_val_steps() != 0) {
+      run_sanity_check(*validation);
+    }
     while (!training_finished()) run_epoch(train, validation);
   });
 }
@@ -212,10 +249,11 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   state_.batch_in_epoch = 0;
   state_.training = true;
   epoch_finished_ = false;
+  state_.accumulate_grad_batches = options_.accumulate_grad_batches_at(state_.epoch);
   open(Event::EpochStart, Event::EpochEnd);
   start_training_epoch(train);
-  bool more = true;
-  while (more && !stopping() && !step_limit_reached()) {
+  bool more = true;  // the data has batches left
+  while (more && !stopping() && !step_limit_reached() && !state_.epoch_end_requested()) {
     more = fill_window(train);
     if (window_used_ == 0) {
       TORCHBUS_CHECK(state_.batch_in_epoch > 0, DataError,
@@ -230,6 +268,8 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
       agree_on_stop();
     }
   }
+  // Ended by its data or by request; a stop or max_steps leaves it unfinished.
+  const bool completed = !more || state_.epoch_end_requested();
   if (state_.metrics.contains("train_loss") &&
       state_.metrics.latest("train_loss").epoch == state_.epoch) {
     state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
@@ -240,12 +280,13 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
   // ActionEnd continues it where it stopped.
-  epoch_finished_ = !more;
+  epoch_finished_ = completed;
   close();  // EpochEnd
   agree_on_stop();
   epoch_finished_ = false;
+  state_.clear_epoch_end();
   state_.tensors.clear(Scope::Epoch);
-  if (!more) {
+  if (completed) {
     ++state_.epoch;
     state_.batch_in_epoch = 0;
   }
@@ -253,13 +294,21 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
 
 bool Trainer::fill_window(BatchSource& train) {
   window_used_ = 0;
-  const auto k = static_cast<std::size_t>(options_.accumulate_grad_batches());
+  auto k = static_cast<std::size_t>(state_.accumulate_grad_batches);
+  // limit_train_batches ends the epoch like the end of the data: the last window may be short.
+  bool limit_reached = false;
+  if (train_batch_limit_ >= 0) {
+    const auto left = static_cast<std::size_t>(
+        std::max<std::int64_t>(0, train_batch_limit_ - state_.batch_in_epoch));
+    limit_reached = left <= k;
+    k = std::min(k, left);
+  }
   while (window_used_ < k) {
     if (window_.size() <= window_used_) window_.emplace_back();
     if (!train.next(window_[window_used_])) return false;
     ++window_used_;
   }
-  return true;
+  return !limit_reached;
 }
 
 void Trainer::run_step(bool can_validate) {
@@ -275,6 +324,11 @@ void Trainer::run_step(bool can_validate) {
     run_batch(window_[i]);
     ++state_.batch_in_epoch;
     ++state_.global_batch;
+    // An epoch end is honoured at the batch boundary: the window steps with what it has.
+    if (state_.epoch_end_requested() && i + 1 < window_used_) {
+      shorten_window(i + 1);
+      break;
+    }
   }
   if (distributed()) synchronize_gradients();
   // Unscaled after the all-reduce: every rank finds the same overflow and skips alike.
@@ -305,6 +359,19 @@ void Trainer::run_step(bool can_validate) {
   state_.tensors.clear(Scope::Step);
   // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
   // after the next validation or EpochEnd): one collective per bucket and step, none else.
+}
+
+// The batches run were scaled by 1 / window_size: rescaled to 1 / batches, the step's gradients
+// and loss are those of a window of that many batches (docs/events.md).
+void Trainer::shorten_window(std::size_t batches) {
+  const double factor = static_cast<double>(state_.window_size) / static_cast<double>(batches);
+  state_.window_size = static_cast<std::int64_t>(batches);
+  if (!window_has_backward_) return;
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : parameters_) {
+    if (parameter.grad().defined()) parameter.mutable_grad().mul_(factor);
+  }
+  window_loss_ = window_loss_ * factor;
 }
 
 void Trainer::run_batch(Batch& batch) {
@@ -392,6 +459,9 @@ at::Tensor Trainer::run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch
   } catch (const StopTraining& stop) {
     state_.request_stop(stop.reason());
     state_.cancelled = true;
+  } catch (const CancelEpoch& cancel) {
+    state_.request_epoch_end(cancel.reason());
+    state_.cancelled = true;
   }
   if (state_.cancelled) return {};
   TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError, "the ", what,
@@ -440,10 +510,44 @@ void Trainer::optimizer_step() {
 
 double Trainer::evaluate_source(BatchSource& data) {
   ensure_idle();
+  struct Context {
+    Trainer& trainer;
+    ~Context() { trainer.set_action(Action::None); }
+  } context{*this};
+  set_action(Action::Evaluate);
   prepare_run();
+  val_batch_limit_ =
+      options_.effective().limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
   at::Tensor mean_loss;
   run_action([&] { mean_loss = run_evaluation(data); });
   return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
+}
+
+// A validation of num_sanity_val_steps batches before training. Nothing of it remains: the metric
+// history and the CPU generator are put back, and built-in monitors and writers skip events while
+// state.sanity_checking is set. An exception escaping it leaves the flag set for Exception's
+// subscribers.
+void Trainer::run_sanity_check(BatchSource& validation) {
+  const auto configured_limit = val_batch_limit_;
+  const auto steps = options_.num_sanity_val_steps();
+  if (steps > 0)
+    val_batch_limit_ = configured_limit < 0 ? steps : std::min(steps, configured_limit);
+  const MetricHistory metrics = state_.metrics;
+  auto generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng = generator.get_state();
+  }
+  state_.sanity_checking = true;
+  run_evaluation(validation);
+  state_.sanity_checking = false;
+  val_batch_limit_ = configured_limit;
+  state_.metrics = metrics;
+  state_.tensors.clear(Scope::Step);
+  state_.tensors.clear(Scope::Epoch);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(rng);
 }
 
 at::Tensor Trainer::run_evaluation(BatchSource& data) {
@@ -457,7 +561,7 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
   at::Tensor loss_sum;
   std::int64_t samples = 0;
   Batch batch;
-  while (data.next(batch)) {
+  while ((val_batch_limit_ < 0 || state_.eval_batch < val_batch_limit_) && data.next(batch)) {
     state_.cancelled = false;
     move_to_device(batch);
     open(Event::EvalBatchStart, Event::EvalBatchEnd);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/atomic_file.hpp>
+#include <torchbus/checkpoint.hpp>
 #include <torchbus/checkpoint_file.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
@@ -85,6 +86,18 @@ std::string describe_options(const TrainerOptions& options) {
       << "\nset_grads_to_none=" << options.set_grads_to_none()
       << "\nprecision=" << to_string(options.precision())
       << "\nchannels_last=" << options.channels_last() << "\n";
+  // Options added since the first checkpoint format, written when set.
+  if (!options.accumulation_schedule().empty()) {
+    out << "accumulation_schedule=";
+    for (const auto& [epoch, k] : options.accumulation_schedule()) out << epoch << ':' << k << ' ';
+    out << "\n";
+  }
+  if (!options.limit_train_batches().is_all()) {
+    out << "limit_train_batches=" << options.limit_train_batches().to_string() << "\n";
+  }
+  if (!options.limit_val_batches().is_all()) {
+    out << "limit_val_batches=" << options.limit_val_batches().to_string() << "\n";
+  }
   return out.str();
 }
 
@@ -126,6 +139,12 @@ class CheckpointReader {
     at::Tensor tensor;
     if (!archive_.try_read(key, tensor)) fail("has no '", key, "' tensor");
     return tensor;
+  }
+  /// The value at `key`, None when the checkpoint has none.
+  c10::IValue optional_value(const std::string& key) {
+    c10::IValue value;
+    archive_.try_read(key, value);
+    return value;
   }
   /// The tensor at `key`, undefined when the checkpoint has none.
   at::Tensor optional_tensor(const std::string& key) {
@@ -204,18 +223,23 @@ std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) 
 
 }  // namespace
 
-std::string Trainer::checkpoint_bytes() {
+std::string Trainer::checkpoint_bytes(const fs::path& path) {
   TORCHBUS_CHECK(!in_window_, ConfigError,
                  "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
                  "runs), not between StepStart and the end of the optimizer step");
-  OutputArchive archive;
-  archive.write("format_version", c10::IValue(kPayloadFormatVersion));
   // Where the run continues: the next epoch when the current one has finished.
   const bool next_epoch = epoch_finished_;
+  const Checkpoint checkpoint{path, state_.step, next_epoch ? state_.epoch + 1 : state_.epoch,
+                              next_epoch ? 0 : state_.batch_in_epoch};
+  for (const auto& callback : bus().callbacks()) {
+    if (callback->runs_on(state_.rank)) callback->on_save_checkpoint(checkpoint);
+  }
+  OutputArchive archive;
+  archive.write("format_version", c10::IValue(kPayloadFormatVersion));
   const auto rng_now = cpu_rng_state();
-  archive.write("position", c10::IValue(std::vector<std::int64_t>{
-                                next_epoch ? state_.epoch + 1 : state_.epoch, state_.step,
-                                next_epoch ? 0 : state_.batch_in_epoch, state_.global_batch}));
+  archive.write("position", c10::IValue(std::vector<std::int64_t>{checkpoint.epoch, checkpoint.step,
+                                                                  checkpoint.batch_in_epoch,
+                                                                  state_.global_batch}));
   archive.write("rng", rng_now);
   archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(cuda_rng_states())));
   archive.write("epoch_start_rng",
@@ -245,14 +269,27 @@ std::string Trainer::checkpoint_bytes() {
     archive.write("metric_" + std::to_string(i), points);
   }
   std::vector<std::string> callback_names;
-  for (const auto& callback : bus_.callbacks()) {
+  for (const auto& callback : bus().callbacks()) {
     OutputArchive callback_archive;
     callback->save_state(callback_archive);
     archive.write("callback_" + std::to_string(callback_names.size()), callback_archive);
     callback_names.push_back(callback->name());
   }
   archive.write("callback_names", c10::IValue(join_lines(callback_names)));
-  archive.write("accumulate_grad_batches", c10::IValue(options_.accumulate_grad_batches()));
+  std::vector<std::string> filter_keys;
+  std::vector<std::int64_t> filter_counts;
+  for (const auto& [key, count] : bus().filter_counts()) {
+    filter_keys.push_back(key);
+    filter_counts.push_back(count);
+  }
+  archive.write("filter_count_keys", c10::IValue(join_lines(filter_keys)));
+  archive.write("filter_counts", c10::IValue(filter_counts));
+  // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on.
+  const auto k_epoch = std::max<std::int64_t>(
+      0, checkpoint.batch_in_epoch > 0 ? checkpoint.epoch : checkpoint.epoch - 1);
+  archive.write("accumulate_grad_batches",
+                c10::IValue(options_.accumulate_grad_batches_at(k_epoch)));
+  archive.write("accumulate_grad_batches_epoch", c10::IValue(k_epoch));
   archive.write("options", c10::IValue(describe_options(options_)));
   if (loss_scaler_) {
     archive.write("loss_scaler",
@@ -266,7 +303,7 @@ std::string Trainer::checkpoint_bytes() {
 }
 
 void Trainer::save_checkpoint(const fs::path& path) {
-  write_checkpoint_file(path, checkpoint_bytes());
+  write_checkpoint_file(path, checkpoint_bytes(path));
 }
 
 void Trainer::resume_from(fs::path path) {
@@ -337,10 +374,18 @@ void Trainer::load_checkpoint(const fs::path& path) {
     reader.fail("has optimizer parameter groups of sizes ", c10::IntArrayRef(groups),
                 "; this optimizer's are ", c10::IntArrayRef(group_sizes(optimizer_)));
   }
+  // The k of the checkpoint's last epoch must agree; later epochs may change it (the schedule
+  // says so). Checkpoints written before accumulation schedules had one k for every epoch.
   const auto k = reader.value("accumulate_grad_batches").toInt();
-  if (k != options_.accumulate_grad_batches()) {
-    reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ",
-                options_.accumulate_grad_batches(), " (the accumulation windows would differ)");
+  const auto k_epoch = reader.optional_value("accumulate_grad_batches_epoch");
+  const auto k_here = k_epoch.isInt() ? options_.accumulate_grad_batches_at(k_epoch.toInt())
+                                      : options_.accumulate_grad_batches();
+  if (k != k_here) {
+    reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ", k_here,
+                k_epoch.isInt() ? detail::concat(" in epoch ", k_epoch.toInt(), " (counted from 0)")
+                                : std::string(),
+                " (the accumulation windows would differ; an accumulation_schedule may change k "
+                "only for epochs after the checkpoint's)");
   }
   auto optimizer_archive = reader.nested("optimizer");
   const auto position = reader.value("position").toIntVector();
@@ -378,9 +423,18 @@ void Trainer::load_checkpoint(const fs::path& path) {
     metrics.emplace_back(metric_names[i], std::move(series));
   }
   const auto callback_names = split_lines(reader.value("callback_names").toStringRef());
+  // The own counts of the subscriptions' filters (absent from checkpoints of earlier versions).
+  EventBus::FilterCounts filter_counts;
+  const auto filter_keys = reader.optional_value("filter_count_keys");
+  if (filter_keys.isString()) {
+    const auto keys = split_lines(filter_keys.toStringRef());
+    const auto counts = reader.value("filter_counts").toIntVector();
+    if (keys.size() != counts.size()) reader.fail("has a malformed 'filter_counts' entry");
+    for (std::size_t i = 0; i < keys.size(); ++i) filter_counts.emplace_back(keys[i], counts[i]);
+  }
 
   // 2. Callbacks first: one whose load_state throws leaves the model untouched.
-  for (const auto& callback : bus_.callbacks()) {
+  for (const auto& callback : bus().callbacks()) {
     const auto found = std::find(callback_names.begin(), callback_names.end(), callback->name());
     if (found == callback_names.end()) {
       logger()->info("checkpoint {} holds no state of callback '{}'; it starts fresh",
@@ -397,7 +451,7 @@ void Trainer::load_checkpoint(const fs::path& path) {
     }
   }
   for (const auto& name : callback_names) {
-    if (bus_.find_callback(name) == nullptr) {
+    if (bus().find_callback(name) == nullptr) {
       logger()->warn("checkpoint {} holds state of callback '{}', which this trainer does not have",
                      path.string(), name);
     }
@@ -407,6 +461,7 @@ void Trainer::load_checkpoint(const fs::path& path) {
   copy_into(buffers, current_buffers);
   optimizer_.load(optimizer_archive);
   loss_scaler_ = loss_scaler;
+  bus().restore_filter_counts(filter_counts);
   state_.metrics.clear();
   for (auto& [name, series] : metrics) state_.metrics.set_series(name, std::move(series));
   state_.epoch = position[0];
@@ -418,6 +473,10 @@ void Trainer::load_checkpoint(const fs::path& path) {
   epoch_start_rng_ = epoch_start_rng;
   set_cpu_rng_state(rng);
   set_cuda_rng_states(cuda_rng);
+  const Checkpoint checkpoint{path, state_.step, state_.epoch, state_.batch_in_epoch};
+  for (const auto& callback : bus().callbacks()) {
+    if (callback->runs_on(state_.rank)) callback->on_load_checkpoint(checkpoint);
+  }
 }
 
 void Trainer::start_training_epoch(BatchSource& train) {

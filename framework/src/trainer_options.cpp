@@ -30,6 +30,40 @@ void TrainerOptions::validate() const {
   TORCHBUS_CHECK(gradient_clip_norm_ == 0.0 || gradient_clip_value_ == 0.0, ConfigError,
                  "choose one of gradient_clip_norm (", gradient_clip_norm_,
                  ") and gradient_clip_value (", gradient_clip_value_, "), not both");
+  for (const auto& [epoch, k] : accumulation_schedule_) {
+    TORCHBUS_CHECK(epoch >= 0, ConfigError, "accumulation_schedule has the negative epoch ", epoch,
+                   "; expected epochs >= 0 (0: the first)");
+    TORCHBUS_CHECK(k >= 1, ConfigError, "accumulation_schedule gives epoch ", epoch, " k = ", k,
+                   "; expected batches per optimizer step >= 1");
+  }
+  limit_train_batches_.validate("limit_train_batches");
+  limit_val_batches_.validate("limit_val_batches");
+  TORCHBUS_CHECK(fast_dev_run_ >= 0, ConfigError,
+                 "fast_dev_run must be >= 0 (batches of training and of validation; 0: off), got ",
+                 fast_dev_run_);
+  TORCHBUS_CHECK(num_sanity_val_steps_ >= -1, ConfigError,
+                 "num_sanity_val_steps must be >= 0 (0: none), or -1 for a whole validation "
+                 "pass, got ",
+                 num_sanity_val_steps_);
+}
+
+std::int64_t TrainerOptions::accumulate_grad_batches_at(std::int64_t epoch) const {
+  auto entry = accumulation_schedule_.upper_bound(epoch);
+  if (entry == accumulation_schedule_.begin()) return accumulate_grad_batches_;
+  return (--entry)->second;
+}
+
+TrainerOptions TrainerOptions::effective() const {
+  if (fast_dev_run_ == 0) return *this;
+  auto options = *this;
+  options.max_epochs(1)
+      .max_steps(-1)
+      .val_every_n_epochs(1)
+      .val_every_n_steps(0)
+      .limit_train_batches(BatchLimit::count(fast_dev_run_))
+      .limit_val_batches(BatchLimit::count(fast_dev_run_))
+      .num_sanity_val_steps(0);
+  return options;
 }
 
 }  // namespace torchbus

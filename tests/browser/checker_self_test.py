@@ -17,7 +17,7 @@ one way, where every expected problem must be reported:
 
 The last line is `N passed, M failed`; the exit status is 1 if any failed. Artifacts stay in WORK.
 
-  checker_self_test.py --train build/release/examples/torchbus-train --work /tmp/checker
+  checker_self_test.py --train build/release/apps/torchbus-train/torchbus-train --work /tmp/checker
 """
 
 import argparse

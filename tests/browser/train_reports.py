@@ -15,7 +15,7 @@ val_loss, val_accuracy, lr, step_time), the options table with the run's batch_s
 errors and a screenshot that is not blank. Artifacts (the run, the DOM, the screenshot) stay in
 WORK/SCENARIO. The last line is `N passed, M failed`; the exit status is 1 if any failed.
 
-  train_reports.py --train build/release/examples/torchbus-train --work /tmp/reports
+  train_reports.py --train build/release/apps/torchbus-train/torchbus-train --work /tmp/reports
   train_reports.py ... --scenario failed     # only that one
 """
 

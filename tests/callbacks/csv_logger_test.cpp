@@ -197,6 +197,38 @@ BOOST_AUTO_TEST_CASE(rows_reach_the_file_at_checkpoints_at_the_end_or_at_once) {
   }
 }
 
+// save_state writes only state (a CsvLogger has none): rows reach the file through
+// on_save_checkpoint, which the trainer calls for every checkpoint it takes.
+BOOST_AUTO_TEST_CASE(rows_are_flushed_by_the_checkpoint_hook_not_by_save_state) {
+  TempDir dir("csv");
+  const auto path = dir.path / "rows.csv";
+  const auto step_rows = [&] {
+    const auto rows = read_csv(path).rows;
+    return std::count_if(rows.begin(), rows.end(),
+                         [](const auto& row) { return row.at("kind") == "step"; });
+  };
+  Run run(TrainerOptions().max_epochs(1));
+  auto logger =
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).flush_secs(3600));
+  run.trainer.add(logger);
+  std::vector<std::int64_t> after_save_state, after_checkpoint;
+  run.trainer.on(
+      Event::StepEnd,
+      [&](State& state) {
+        if (state.step != 2) return;
+        torch::serialize::OutputArchive archive;
+        logger->save_state(archive);
+        after_save_state.push_back(step_rows());
+        run.trainer.save_checkpoint(dir.path / "c.tbckpt");
+        after_checkpoint.push_back(step_rows());
+      },
+      200);
+  auto train = make_batches(3, 4);
+  run.trainer.fit(train);
+  BOOST_TEST(after_save_state == std::vector<std::int64_t>{0}, boost::test_tools::per_element());
+  BOOST_TEST(after_checkpoint == std::vector<std::int64_t>{2}, boost::test_tools::per_element());
+}
+
 // flush_secs is checked at every StepEnd, not only when a row is written: a row is not kept
 // in memory for the many steps until the next logged one.
 BOOST_AUTO_TEST_CASE(rows_are_flushed_once_flush_secs_passed_even_at_steps_without_a_row) {

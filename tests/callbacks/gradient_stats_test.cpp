@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(per_parameter_norms_and_frequency) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   Trainer trainer(model, sgd, cross_entropy, TrainerOptions().use_registered_subscriptions(false));
   trainer.add(std::make_shared<GradientStats>(
-      GradientStatsOptions().per_parameter(true).step_freq(2).name("gn")));
+      GradientStatsOptions().per_parameter(true).step_freq(2).metric("gn")));
   std::vector<double> first_weight;
   std::vector<bool> present;
   trainer.on(
@@ -125,9 +125,12 @@ BOOST_AUTO_TEST_CASE(clipping_bounds_the_global_norm) {
   Trainer trainer(
       model, sgd, cross_entropy,
       TrainerOptions().max_epochs(2).gradient_clip_norm(clip).use_registered_subscriptions(false));
-  trainer.add(std::make_shared<GradientStats>(GradientStatsOptions().name("raw_norm"), "raw"));
-  trainer.add(std::make_shared<GradientStats>(
-      GradientStatsOptions().name("clipped_norm").event(Event::AfterOptimizerStep), "clipped"));
+  trainer.add(
+      std::make_shared<GradientStats>(GradientStatsOptions().metric("raw_norm").name("raw")));
+  trainer.add(std::make_shared<GradientStats>(GradientStatsOptions()
+                                                  .metric("clipped_norm")
+                                                  .name("clipped")
+                                                  .event(Event::AfterOptimizerStep)));
   std::vector<double> applied;
   trainer.on(Event::AfterOptimizerStep, [&](State&) { applied.push_back(global_norm(*model)); });
   auto data = make_batches(6, 4);
@@ -162,7 +165,7 @@ BOOST_AUTO_TEST_CASE(no_metric_history_when_record_is_off) {
 BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_CHECK_THROW(GradientStats(GradientStatsOptions().step_freq(0)), ConfigError);
   BOOST_CHECK_THROW(GradientStats(GradientStatsOptions().norm_type(0.0)), ConfigError);
-  BOOST_CHECK_THROW(GradientStats(GradientStatsOptions().name("")), ConfigError);
+  BOOST_CHECK_THROW(GradientStats(GradientStatsOptions().metric("")), ConfigError);
   BOOST_CHECK_THROW(GradientStats(GradientStatsOptions().event(Event::StepEnd)), ConfigError);
 }
 

@@ -49,6 +49,46 @@ fit_ranked_by_val_loss(const std::string& name, TrainerOptions options,
   return {kept, run.trainer.state().metrics.series("val_loss")};
 }
 
+/// What two ModelCheckpoints of one run keep: "best" (by val_loss, the best one and the newest,
+/// at every epoch end; it resumes from its folder) and "periodic" (every 3 steps, all kept).
+struct TwoCheckpoints {
+  std::vector<ModelCheckpoint::KeptCheckpoint> best, periodic;
+  std::set<std::string> best_files, periodic_files;
+};
+
+/// Fits up to `epochs` epochs of 4 steps with the two ModelCheckpoints in `root`/best and
+/// `root`/periodic.
+TwoCheckpoints fit_with_two_checkpoints(const fs::path& root, std::int64_t epochs) {
+  CheckpointRun run(TrainerOptions().max_epochs(epochs));
+  auto best = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(root / "best")
+                                                    .name("best")
+                                                    .monitor("val_loss")
+                                                    .save_top_k(1)
+                                                    .resume(true));
+  auto periodic = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(root / "periodic")
+                                                        .name("periodic")
+                                                        .every_n_steps(3)
+                                                        .every_n_epochs(0)
+                                                        .save_top_k(-1));
+  run.trainer.add(best);
+  run.trainer.add(periodic);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  run.trainer.fit(train, validation);
+  return {best->kept_checkpoints(), periodic->kept_checkpoints(), entry_names(root / "best"),
+          entry_names(root / "periodic")};
+}
+
+/// The file names, steps and values of `kept`, as text.
+std::vector<std::string> describe(const std::vector<ModelCheckpoint::KeptCheckpoint>& kept) {
+  std::vector<std::string> out;
+  for (const auto& k : kept) {
+    out.push_back(k.path.filename().string() + " step " + std::to_string(k.step) + " value " +
+                  (k.value ? std::to_string(*k.value) : "none"));
+  }
+  return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(model_checkpoint)
@@ -233,6 +273,39 @@ BOOST_AUTO_TEST_CASE(checkpoints_before_the_monitored_metric_exists_are_kept_unr
   BOOST_TEST(saved[0].step == 2);
   BOOST_TEST(!saved[0].value.has_value());
   BOOST_TEST(fs::exists(early / "epoch-000-step-000002.tbckpt"));
+}
+
+BOOST_AUTO_TEST_CASE(two_instances_keep_their_own_checkpoints_and_both_resume) {
+  const auto uninterrupted_root = scratch_path("model_checkpoint", "two_uninterrupted");
+  const auto resumed_root = scratch_path("model_checkpoint", "two_resumed");
+  const auto uninterrupted = fit_with_two_checkpoints(uninterrupted_root, 4);
+  fit_with_two_checkpoints(resumed_root, 2);
+  const auto resumed = fit_with_two_checkpoints(resumed_root, 4);  // from best/, at step 8
+
+  BOOST_TEST(
+      uninterrupted.periodic_files ==
+          (std::set<std::string>{"epoch-000-step-000003.tbckpt", "epoch-001-step-000006.tbckpt",
+                                 "epoch-002-step-000009.tbckpt", "epoch-002-step-000012.tbckpt",
+                                 "epoch-003-step-000015.tbckpt", "last.tbckpt"}),
+      boost::test_tools::per_element());
+  // The best one and the newest (here the same), with last.tbckpt.
+  BOOST_TEST(uninterrupted.best_files.count("epoch-003-step-000016.tbckpt") == 1u);
+  BOOST_TEST(uninterrupted.best_files.count("last.tbckpt") == 1u);
+  BOOST_TEST(uninterrupted.best_files.size() == uninterrupted.best.size() + 1);
+  // Each resumed with its own state: the same files, steps and scores as without the break (the
+  // checkpoint resumed from is pruned like any other).
+  BOOST_TEST(describe(resumed.best) == describe(uninterrupted.best),
+             boost::test_tools::per_element());
+  BOOST_TEST(describe(resumed.periodic) == describe(uninterrupted.periodic),
+             boost::test_tools::per_element());
+  BOOST_TEST(resumed.best_files == uninterrupted.best_files, boost::test_tools::per_element());
+  BOOST_TEST(resumed.periodic_files == uninterrupted.periodic_files,
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(the_name_comes_from_the_options) {
+  BOOST_TEST(ModelCheckpoint(ModelCheckpointOptions("a")).name() == "model_checkpoint");
+  BOOST_TEST(ModelCheckpoint(ModelCheckpointOptions("a").name("best")).name() == "best");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -156,10 +156,10 @@ BOOST_AUTO_TEST_CASE(subscribers_count_their_own_time_and_nested_emissions_separ
   const auto checker = bus.next_subscriber_id();
   bus.on(checked, [](State&) { sleep_ms(2); });
   const auto outer = bus.next_subscriber_id();
-  bus.on(Event::StepEnd, [&](State& state) { bus.emit(checked, state); });
+  bus.on(Event::StepEnd, [&](State& state) { checked.emit(state); });
   // The train step emits the custom event too: its subscriber's time is not forward time.
   run.trainer.set_train_step([checked](Trainer& t, Batch& batch) {
-    t.bus().emit(checked, t.state());
+    checked.emit(t.state());
     return t.compute_loss(t.forward(batch.data), batch.target);
   });
   auto data = make_batches(3, 4);
@@ -206,12 +206,12 @@ BOOST_AUTO_TEST_CASE(one_profiler_per_trainer) {
   Run run;
   run.trainer.add(std::make_shared<Profiler>());
   const auto second = message_of<ConfigError>(
-      [&] { run.trainer.add(std::make_shared<Profiler>(ProfilerOptions(), "profiler2")); });
+      [&] { run.trainer.add(std::make_shared<Profiler>(ProfilerOptions().name("profiler2"))); });
   BOOST_TEST(has(second, "already has a dispatch observer"));
   BOOST_TEST(run.trainer.bus().find_callback("profiler2") == nullptr);
 
   Run other;
-  auto profiler = std::make_shared<Profiler>(ProfilerOptions(), "shared");
+  auto profiler = std::make_shared<Profiler>(ProfilerOptions().name("shared"));
   other.trainer.add(profiler);
   Run third;
   BOOST_TEST(has(message_of<ConfigError>([&] { third.trainer.add(profiler); }),
@@ -224,11 +224,19 @@ BOOST_AUTO_TEST_CASE(logged_table_names_the_callbacks_and_phases) {
   run.trainer.add(profiler);
   run.trainer.add(std::make_shared<Timer>());
   run.trainer.on(Event::StepEnd, [](State&) {});
+  run.trainer.on(
+      Event::StepEnd, [](State&) {}, before("timer").named("my_logger"));
   auto data = make_batches(3, 4);
   CapturedLog log;
   run.trainer.fit(data);
   std::string table;
-  for (const auto& line : log.messages("info", "profiler: ")) table += line + "\n";
+  std::string step_end_order;
+  std::size_t order_lines = 0;
+  for (const auto& line : log.messages("info", "profiler: ")) {
+    table += line + "\n";
+    if (line.find("profiler: order at ") == 0) ++order_lines;
+    if (line.find("profiler: order at StepEnd: ") == 0) step_end_order = line;
+  }
   BOOST_TEST(has(table, "kind"));
   BOOST_TEST(has(table, "timer"));
   BOOST_TEST(has(table, "subscriber #"));
@@ -236,7 +244,12 @@ BOOST_AUTO_TEST_CASE(logged_table_names_the_callbacks_and_phases) {
   BOOST_TEST(has(table, "optimizer"));
   BOOST_TEST(has(table, "other"));
   BOOST_TEST(has(table, "action"));
-  BOOST_TEST(log.messages("info", "profiler: ").size() == profiler->rows().size() + 1);
+  // The table (a header and a line per row), then the order of each event it reports.
+  BOOST_TEST(log.messages("info", "profiler: ").size() ==
+             profiler->rows().size() + 1 + order_lines);
+  BOOST_TEST(order_lines > 0u);
+  BOOST_TEST(step_end_order.find("my_logger") < step_end_order.find("timer"), step_end_order);
+  BOOST_TEST(step_end_order.find("timer") != std::string::npos, step_end_order);
 }
 
 BOOST_AUTO_TEST_CASE(top_n_limits_the_logged_subscriber_rows) {

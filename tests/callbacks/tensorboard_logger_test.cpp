@@ -387,7 +387,7 @@ BOOST_AUTO_TEST_CASE(parameter_and_gradient_histograms_every_n_steps) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(1));
   // Off by default: nothing subscribed to AfterOptimizerStep.
-  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir), "off"));
+  run.trainer.add(std::make_shared<TensorBoardLogger>(options_in(dir).name("off")));
   BOOST_TEST(run.trainer.bus().subscriber_count(Event::AfterOptimizerStep) == 0u);
   run.trainer.add(std::make_shared<TensorBoardLogger>(
       TensorBoardLoggerOptions((dir.path / "histograms").string())

@@ -16,7 +16,7 @@ cached).
 
 Standard library only. Typical use:
 
-  run_matrix.py --train build/release/examples/torchbus-train \\
+  run_matrix.py --train build/release/apps/torchbus-train/torchbus-train \\
                 --checker build/release/tests/checkpoint_check \\
                 --work /tmp/combination --sample 56 --seed 1
   run_matrix.py ... --full                   # every cell (288)

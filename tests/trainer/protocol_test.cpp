@@ -2,40 +2,12 @@
 
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
-#include <support/fixtures.hpp>
-#include <support/recorder.hpp>
+#include <support/event_sequence.hpp>
 
 using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-// The protocol of docs/events.md, spelled out.
-std::string batch() {
-  return "BatchStart BeforeBackward AfterBackward BatchEnd";
-}
-std::string step(int batches) {
-  std::string out = "StepStart";
-  for (int i = 0; i < batches; ++i) out += " " + batch();
-  return out + " BeforeOptimizerStep AfterOptimizerStep StepEnd";
-}
-std::string evaluation(int batches) {
-  std::string out = "EvalStart";
-  for (int i = 0; i < batches; ++i) out += " EvalBatchStart EvalBatchEnd";
-  return out + " EvalEnd";
-}
-std::string join(std::initializer_list<std::string> parts) {
-  std::string out;
-  for (const auto& part : parts) out += (out.empty() || part.empty() ? "" : " ") + part;
-  return out;
-}
-
-struct RecordedRun : Run {
-  std::shared_ptr<RecordingCallback> recorder = std::make_shared<RecordingCallback>();
-
-  explicit RecordedRun(TrainerOptions options) : Run(std::move(options)) { trainer.add(recorder); }
-  std::string events() const { return joined(recorder->events); }
-};
 
 /// Records, at every End event and at Exception, "<event>:<state.error_message>" when
 /// `state.error` is set and "<event>:-" when it is not; counts the Exception emissions.

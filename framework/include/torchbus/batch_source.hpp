@@ -5,8 +5,10 @@
 
 #include <torch/data/example.h>
 
+#include <cstdint>
 #include <iterator>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,9 @@ class BatchSource {
   /// Skips up to `count` batches (resuming mid-epoch); returns how many were skipped. The default
   /// reads and drops them; sources that can seek should override it.
   virtual std::int64_t skip(std::int64_t count);
+  /// Batches in one pass, when known (a fraction in TrainerOptions::limit_train_batches or
+  /// limit_val_batches needs it); the default: unknown.
+  virtual std::optional<std::int64_t> size() const { return std::nullopt; }
 };
 
 namespace detail {
@@ -42,6 +47,13 @@ inline Batch to_batch(const std::vector<Batch>& examples) {
 inline Batch to_batch(const std::pair<at::Tensor, at::Tensor>& pair) {
   return Batch(pair.first, pair.second);
 }
+
+/// Whether `std::size` tells how many elements a `Range` has (a std::vector, an array, ...).
+template <typename Range, typename = void>
+struct HasSize : std::false_type {};
+template <typename Range>
+struct HasSize<Range, std::void_t<decltype(std::size(std::declval<const Range&>()))>>
+    : std::true_type {};
 }  // namespace detail
 
 /// A BatchSource over any range whose elements are `Example<>`, `std::vector<Example<>>` or
@@ -64,6 +76,16 @@ class RangeSource final : public BatchSource {
     batch = detail::to_batch(**current_);
     ++*current_;
     return true;
+  }
+
+  /// The range's size when `std::size` knows it (a std::vector of batches), else unknown (a
+  /// torch::data loader).
+  std::optional<std::int64_t> size() const override {
+    if constexpr (detail::HasSize<Range>::value) {
+      return static_cast<std::int64_t>(std::size(range_));
+    } else {
+      return std::nullopt;
+    }
   }
 
  private:

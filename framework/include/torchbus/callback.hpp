@@ -4,10 +4,13 @@
 /// Class callbacks: subclass Callback and override the `on_<event>` hooks you need.
 
 #include <torchbus/event.hpp>
+#include <torchbus/event_list.hpp>
 
-#include <bitset>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
 namespace torch {
 namespace serialize {
@@ -18,11 +21,13 @@ class InputArchive;
 
 namespace torchbus {
 
+struct Checkpoint;
 struct State;
 class Trainer;
 
 /// Base of class callbacks. Only the hooks a subclass overrides get connected, so an unused hook
-/// costs nothing. The name identifies the callback's state in checkpoints and must be unique.
+/// costs nothing. The name identifies the callback's state in checkpoints, must be unique, and is
+/// what other subscribers name in `after(name)` / `before(name)`.
 class Callback {
  public:
   /// Priority of a callback that does not choose one (lower runs first).
@@ -42,6 +47,15 @@ class Callback {
   int priority() const noexcept { return priority_; }
   /// Sets the priority; takes effect when the callback is added.
   Callback& set_priority(int priority) noexcept;
+  /// Runs every hook after the subscriber called `name` (on the events both subscribe to); takes
+  /// effect when the callback is added.
+  Callback& after(std::string_view name);
+  /// Runs every hook before the subscriber called `name`; takes effect when the callback is added.
+  Callback& before(std::string_view name);
+  /// The names given to `after`.
+  const std::vector<std::string>& after_names() const noexcept { return after_; }
+  /// The names given to `before`.
+  const std::vector<std::string>& before_names() const noexcept { return before_; }
   /// Runs this callback only on the process of global rank `rank`.
   Callback& run_on_rank(int rank);
   /// Runs this callback on every rank (the default).
@@ -57,6 +71,11 @@ class Callback {
   virtual void save_state(torch::serialize::OutputArchive& /*archive*/) const {}
   /// Restores the state written by `save_state`.
   virtual void load_state(torch::serialize::InputArchive& /*archive*/) {}
+  /// Called when the trainer takes a checkpoint, before any callback's state goes into it: finish
+  /// what the checkpoint must cover, e.g. flush files (see docs/callbacks.md).
+  virtual void on_save_checkpoint(const Checkpoint& /*checkpoint*/) {}
+  /// Called after the trainer restored a checkpoint, every callback's `load_state` included.
+  virtual void on_load_checkpoint(const Checkpoint& /*checkpoint*/) {}
 
 #define TORCHBUS_CALLBACK_HOOK(Name, name) \
   /** Called at Event::Name. */            \
@@ -68,13 +87,35 @@ class Callback {
   std::string name_;
   int priority_ = kDefaultPriority;
   std::optional<int> rank_;
+  std::vector<std::string> after_;
+  std::vector<std::string> before_;
 };
 
-/// Set of events, indexed by `index_of(event)`.
-using EventSet = std::bitset<kEventCount>;
+namespace detail {
+// OverridesHook_<name><T>: false when `&T::on_<name>` is still Callback's own hook, true when a
+// class between Callback and T overrides it (or hides it, or makes it inaccessible).
+#define TORCHBUS_OVERRIDES_HOOK(Name, name)                                                        \
+  template <typename T, typename = void>                                                           \
+  struct OverridesHook_##name : std::true_type {};                                                 \
+  template <typename T>                                                                            \
+  struct OverridesHook_##name<T, std::void_t<decltype(&T::on_##name)>>                             \
+      : std::bool_constant<!std::is_same_v<decltype(&T::on_##name), void (Callback::*)(State&)>> { \
+  };
+TORCHBUS_FOR_EACH_EVENT(TORCHBUS_OVERRIDES_HOOK)
+#undef TORCHBUS_OVERRIDES_HOOK
+}  // namespace detail
 
-/// The events whose hooks `callback` overrides. Detected from the object's virtual table with
-/// GCC; with other compilers every hook counts as overridden (correct, slightly slower).
-EventSet overridden_hooks(const Callback& callback);
+/// The events whose hooks class `T` overrides, found at compile time (an object whose dynamic type
+/// is a subclass of `T` may override more: `EventBus::add` then connects every hook).
+template <typename T>
+constexpr EventList overridden_hooks() noexcept {
+  static_assert(std::is_base_of_v<Callback, T>, "overridden_hooks<T> needs a Callback subclass");
+  EventList hooks;
+#define TORCHBUS_ADD_OVERRIDDEN_HOOK(Name, name) \
+  if (detail::OverridesHook_##name<T>::value) hooks |= Event::Name;
+  TORCHBUS_FOR_EACH_EVENT(TORCHBUS_ADD_OVERRIDDEN_HOOK)
+#undef TORCHBUS_ADD_OVERRIDDEN_HOOK
+  return hooks;
+}
 
 }  // namespace torchbus

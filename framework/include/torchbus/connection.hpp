@@ -3,37 +3,36 @@
 /// \file
 /// Handles to subscriptions: plain (disconnect explicitly) and scoped (disconnect on destruction).
 
-#include <boost/signals2/connection.hpp>
-
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
-#include <vector>
 
 namespace torchbus {
 
 namespace detail {
-struct LiveCounts;
+struct Channels;
 }
 
-/// A handle to one subscription. Copies refer to the same subscription; destroying a Connection
-/// leaves the subscription connected.
+/// A handle to one subscription (on one event or several). Copies refer to the same
+/// subscription; destroying a Connection leaves the subscription connected. It stays valid when
+/// the bus reorders its subscribers, and does nothing once the bus is gone.
 class Connection {
  public:
   Connection() = default;
-  /// Used by EventBus: wraps a Signals2 connection on channel `channel`.
-  Connection(boost::signals2::connection connection, std::weak_ptr<detail::LiveCounts> counts,
-             std::size_t channel);
+  /// Used by EventBus: the subscription `id` of the bus whose state is `channels`.
+  Connection(std::weak_ptr<detail::Channels> channels, std::uint64_t id)
+      : channels_(std::move(channels)), id_(id) {}
 
-  /// Disconnects the subscription (a no-op when it is already disconnected).
+  /// Disconnects the subscription from every event (a no-op when it is already disconnected).
+  /// A class callback's connection also removes the callback from the bus's registry.
   void disconnect();
   /// Whether the subscription is still connected.
-  bool connected() const { return connection_.connected(); }
+  bool connected() const;
 
  private:
-  boost::signals2::connection connection_;
-  std::weak_ptr<detail::LiveCounts> counts_;
-  std::size_t channel_ = 0;
+  std::weak_ptr<detail::Channels> channels_;
+  std::uint64_t id_ = 0;
 };
 
 /// A Connection that disconnects when it goes out of scope. Movable, not copyable.
@@ -59,22 +58,25 @@ class ScopedConnection {
   Connection connection_;
 };
 
-/// The connections of one class callback (one per overridden hook).
+/// The connection of one class callback: its hooks (one per overridden hook) and its place in the
+/// bus's registry.
 class CallbackConnection {
  public:
   CallbackConnection() = default;
-  /// Takes the hooks' connections.
-  explicit CallbackConnection(std::vector<Connection> connections)
-      : connections_(std::move(connections)) {}
-  /// Disconnects every hook of the callback.
-  void disconnect() {
-    for (auto& connection : connections_) connection.disconnect();
-  }
+  /// Takes the callback's connection and the number of hooks it connected.
+  CallbackConnection(Connection connection, std::size_t hooks)
+      : connection_(std::move(connection)), hooks_(hooks) {}
+  /// Disconnects every hook of the callback and removes it from the bus's registry (its state no
+  /// longer goes into checkpoints; it can be added again).
+  void disconnect() { connection_.disconnect(); }
+  /// Whether the callback is still connected.
+  bool connected() const { return connection_.connected(); }
   /// Number of hooks that were connected.
-  std::size_t size() const noexcept { return connections_.size(); }
+  std::size_t size() const noexcept { return hooks_; }
 
  private:
-  std::vector<Connection> connections_;
+  Connection connection_;
+  std::size_t hooks_ = 0;
 };
 
 }  // namespace torchbus

@@ -22,6 +22,20 @@ class StopTraining : public std::exception {
   std::string reason_;
 };
 
+/// Ends the current epoch at the next batch boundary, like `state.request_epoch_end(reason)`:
+/// the step in progress applies the batches it has, then the epoch's validation and EpochEnd.
+class CancelEpoch : public std::exception {
+ public:
+  /// An epoch end with the reason recorded in `State::epoch_end_reason()`.
+  explicit CancelEpoch(std::string reason = "CancelEpoch") : reason_(std::move(reason)) {}
+  /// Why the epoch ends.
+  const std::string& reason() const noexcept { return reason_; }
+  const char* what() const noexcept override { return reason_.c_str(); }
+
+ private:
+  std::string reason_;
+};
+
 /// Skips the rest of the current batch: no backward for it. Valid up to BeforeBackward.
 class CancelBatch : public std::exception {
  public:

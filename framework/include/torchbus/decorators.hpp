@@ -13,34 +13,37 @@
 
 namespace torchbus {
 
-/// A subscription of `slot` to `event`.
-inline Subscription on(Event event, std::function<void(State&)> slot, int priority = 0) {
-  return Subscription{event, Filter{}, std::move(slot), priority};
+/// A subscription of `slot` to `events` (one event, or several: `Event::StepEnd |
+/// Event::EpochEnd`).
+inline Subscription on(EventList events, std::function<void(State&)> slot,
+                       Placement placement = {}) {
+  return Subscription{events, Filter{}, std::move(slot), std::move(placement)};
 }
-/// A subscription of `slot` to `event` through `filter`.
-inline Subscription on(Event event, Filter filter, std::function<void(State&)> slot,
-                       int priority = 0) {
-  return Subscription{event, std::move(filter), std::move(slot), priority};
+/// A subscription of `slot` to `events` through `filter` (a copy per event, each counting alone).
+inline Subscription on(EventList events, Filter filter, std::function<void(State&)> slot,
+                       Placement placement = {}) {
+  return Subscription{events, std::move(filter), std::move(slot), std::move(placement)};
 }
 /// A subscription of `slot` to the custom event called `name`.
-inline Subscription on(std::string name, std::function<void(State&)> slot, int priority = 0) {
-  return Subscription{std::move(name), Filter{}, std::move(slot), priority};
+inline Subscription on(std::string name, std::function<void(State&)> slot,
+                       Placement placement = {}) {
+  return Subscription{std::move(name), Filter{}, std::move(slot), std::move(placement)};
 }
 /// A subscription of `slot` to the custom event called `name` through `filter`.
 inline Subscription on(std::string name, Filter filter, std::function<void(State&)> slot,
-                       int priority = 0) {
-  return Subscription{std::move(name), std::move(filter), std::move(slot), priority};
+                       Placement placement = {}) {
+  return Subscription{std::move(name), std::move(filter), std::move(slot), std::move(placement)};
 }
 
-#define TORCHBUS_DECORATOR(Name, name)                                                \
-  /** A subscription of `slot` to Event::Name. */                                     \
-  inline Subscription on_##name(std::function<void(State&)> slot, int priority = 0) { \
-    return on(Event::Name, std::move(slot), priority);                                \
-  }                                                                                   \
-  /** A subscription of `slot` to Event::Name through `filter`. */                    \
-  inline Subscription on_##name(Filter filter, std::function<void(State&)> slot,      \
-                                int priority = 0) {                                   \
-    return on(Event::Name, std::move(filter), std::move(slot), priority);             \
+#define TORCHBUS_DECORATOR(Name, name)                                                        \
+  /** A subscription of `slot` to Event::Name. */                                             \
+  inline Subscription on_##name(std::function<void(State&)> slot, Placement placement = {}) { \
+    return on(Event::Name, std::move(slot), std::move(placement));                            \
+  }                                                                                           \
+  /** A subscription of `slot` to Event::Name through `filter`. */                            \
+  inline Subscription on_##name(Filter filter, std::function<void(State&)> slot,              \
+                                Placement placement = {}) {                                   \
+    return on(Event::Name, std::move(filter), std::move(slot), std::move(placement));         \
   }
 TORCHBUS_FOR_EACH_EVENT(TORCHBUS_DECORATOR)
 #undef TORCHBUS_DECORATOR

@@ -1,13 +1,17 @@
 #pragma once
 
 /// \file
-/// Subscription filters `every(n)`, `once(n)` and `when(predicate)`, as in Ignite.
+/// Subscription filters as in Ignite: `every(n)`, `once(n)`, `once({n1, n2})`, `before(n)`,
+/// `after(n)` and `when(predicate)`, composed with `|`, `&` and `!` (see docs/filters.md).
 
 #include <torchbus/event.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <memory>
 #include <optional>
+#include <vector>
 
 namespace torchbus {
 
@@ -21,9 +25,14 @@ inline constexpr std::int64_t kNoCounter = -1;
 /// that have no counter (action, evaluation, exception and custom events).
 std::int64_t occurrence(Event event, const State& state) noexcept;
 
+namespace detail {
+struct FilterNode;
+}  // namespace detail
+
 /// Decides whether a subscriber runs at an occurrence of its event. Epoch events count epochs,
 /// step and optimizer events count steps, batch events count batches since the run began,
 /// evaluation batch events count batches of the evaluation; the other events count their own calls.
+/// A composed filter computes the occurrence number once per call and every part sees that number.
 class Filter {
  public:
   /// A test on the state, for `when`.
@@ -36,8 +45,21 @@ class Filter {
   static Filter every(std::int64_t n);
   /// Lets through occurrence n only; throws ConfigError when n < 1.
   static Filter once(std::int64_t n);
+  /// Lets through the listed occurrences; throws ConfigError on an empty list or a value < 1.
+  static Filter once(const std::vector<std::int64_t>& occurrences);
+  /// Lets through occurrences 1 .. n-1 (Ignite's `before=n`); throws ConfigError when n < 2.
+  static Filter before(std::int64_t n);
+  /// Lets through occurrences n+1, n+2, ... (Ignite's `after=n`); throws ConfigError when n < 0.
+  static Filter after(std::int64_t n);
   /// Lets through the occurrences at which `predicate(state)` is true.
   static Filter when(Predicate predicate);
+
+  /// Lets through what `left` or `right` lets through (a subscriber runs once even if both do).
+  friend Filter operator|(const Filter& left, const Filter& right);
+  /// Lets through what both `left` and `right` let through.
+  friend Filter operator&(const Filter& left, const Filter& right);
+  /// Lets through what `filter` does not (a skipped update still never passes a counting filter).
+  friend Filter operator!(const Filter& filter);
 
   /// Whether this filter lets every occurrence through (then the bus skips it).
   bool passes_everything() const noexcept { return kind_ == Kind::All; }
@@ -51,13 +73,20 @@ class Filter {
   void set_own_count(std::int64_t count) noexcept { own_count_ = count; }
 
  private:
-  enum class Kind : std::uint8_t { All, Every, Once, When };
+  // Every and Once are kept inline (the common, cheapest case); anything else is a shared tree.
+  enum class Kind : std::uint8_t { All, Every, Once, Tree };
   Filter(Kind kind, std::int64_t n) : kind_(kind), n_(n) {}
+  explicit Filter(std::shared_ptr<const detail::FilterNode> tree);
+
+  /// This filter as a node of a composed tree.
+  std::shared_ptr<const detail::FilterNode> node() const;
+  /// The occurrence number of this call: State's counter, or the next own count.
+  std::int64_t count(std::optional<Event> event, const State& state) noexcept;
 
   Kind kind_ = Kind::All;
   std::int64_t n_ = 1;
   std::int64_t own_count_ = 0;
-  Predicate predicate_;
+  std::shared_ptr<const detail::FilterNode> tree_;  ///< immutable, shared by copies
 };
 
 /// Lets through occurrences n, 2n, 3n, ... of the event.
@@ -67,6 +96,22 @@ inline Filter every(std::int64_t n) {
 /// Lets through occurrence n of the event only.
 inline Filter once(std::int64_t n = 1) {
   return Filter::once(n);
+}
+/// Lets through the listed occurrences of the event, e.g. `once({1, 10, 100})`.
+inline Filter once(std::initializer_list<std::int64_t> occurrences) {
+  return Filter::once(std::vector<std::int64_t>(occurrences));
+}
+/// Lets through the listed occurrences of the event.
+inline Filter once(const std::vector<std::int64_t>& occurrences) {
+  return Filter::once(occurrences);
+}
+/// Lets through occurrences 1 .. n-1 of the event.
+inline Filter before(std::int64_t n) {
+  return Filter::before(n);
+}
+/// Lets through occurrences n+1, n+2, ... of the event.
+inline Filter after(std::int64_t n) {
+  return Filter::after(n);
 }
 /// Lets through the occurrences at which `predicate(state)` holds.
 inline Filter when(Filter::Predicate predicate) {

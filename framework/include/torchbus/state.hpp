@@ -23,6 +23,14 @@ class Optimizer;
 namespace torchbus {
 
 class ProcessGroup;
+class Trainer;
+
+/// The action a trainer runs.
+enum class Action {
+  None,      ///< no fit() or evaluate() runs
+  Fit,       ///< fit(), its validations included
+  Evaluate,  ///< evaluate()
+};
 
 /// Shared state of a run, passed as `State&` to every slot. Counters are plain fields.
 struct State {
@@ -51,6 +59,14 @@ struct State {
   torch::optim::Optimizer* optimizer = nullptr;  ///< its optimizer
   c10::Device device = c10::Device(c10::kCPU);   ///< where model and batches live
   bool training = false;                         ///< true in training batches, false in evaluation
+  /// The action running, from before ActionStart (a resume included) to after ActionEnd.
+  Action action = Action::None;
+  /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps):
+  /// built-in monitors, checkpoints and loggers ignore it; its metrics are rolled back after it.
+  bool sanity_checking = false;
+  /// During a fit or evaluation with TrainerOptions::fast_dev_run: built-in writers
+  /// (checkpoints, loggers, the report) write nothing.
+  bool fast_dev_run = false;
 
   TensorStore tensors;    ///< tensors by name, scoped (see Scope)
   MetricHistory metrics;  ///< metric name -> (step, epoch, value) series
@@ -75,6 +91,21 @@ struct State {
   /// Forgets a stop request (at the start of an action).
   void clear_stop() noexcept;
 
+  /// Asks the trainer to end the current epoch at the next batch boundary: the step in progress
+  /// applies the batches it has, the epoch's validation and EpochEnd follow, then the next epoch
+  /// begins. The first reason given is kept until the epoch has ended (see docs/events.md).
+  void request_epoch_end(std::string reason);
+  /// Whether the current epoch was asked to end.
+  bool epoch_end_requested() const noexcept { return epoch_end_requested_; }
+  /// Why the current epoch ends early (empty when it does not).
+  const std::string& epoch_end_reason() const noexcept { return epoch_end_reason_; }
+  /// Forgets an epoch end request (when an epoch has ended, and at the start of an action).
+  void clear_epoch_end() noexcept;
+
+  /// The trainer running the current fit() or evaluate(), for callbacks that must ask it to act
+  /// (e.g. take a checkpoint); throws ConfigError outside one.
+  Trainer& trainer() const;
+
   /// Records `value` in the metric history at the current step and epoch.
   void record_metric(std::string_view name, double value) {
     metrics.record(name, step, epoch, value);
@@ -85,8 +116,13 @@ struct State {
   }
 
  private:
+  friend class Trainer;  // sets trainer_ for the duration of an action
+
   bool stop_requested_ = false;
   std::string stop_reason_;
+  bool epoch_end_requested_ = false;
+  std::string epoch_end_reason_;
+  Trainer* trainer_ = nullptr;
 };
 
 }  // namespace torchbus

@@ -1,10 +1,11 @@
 #pragma once
 
 /// \file
-/// A subscription as a value: which event, which filter, which function, which priority.
+/// A subscription as a value: which events, which filter, which function, where in the order.
 
-#include <torchbus/event.hpp>
+#include <torchbus/event_list.hpp>
 #include <torchbus/filter.hpp>
+#include <torchbus/placement.hpp>
 
 #include <functional>
 #include <string>
@@ -16,10 +17,10 @@ struct State;
 
 /// What a decorator helper returns and `EventBus::add` connects.
 struct Subscription {
-  std::variant<Event, std::string> event;  ///< a built-in event or a custom event's name
-  Filter filter;                           ///< which occurrences run the slot
-  std::function<void(State&)> slot;        ///< the function to run
-  int priority = 0;                        ///< lower runs first
+  std::variant<EventList, std::string> event;  ///< built-in events or a custom event's name
+  Filter filter;                               ///< which occurrences run the slot (per event)
+  std::function<void(State&)> slot;            ///< the function to run
+  Placement placement;                         ///< name, after / before, priority
 };
 
 }  // namespace torchbus

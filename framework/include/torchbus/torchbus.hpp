@@ -8,6 +8,7 @@
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
+#include <torchbus/checkpoint.hpp>
 #include <torchbus/checkpoint_file.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/control.hpp>
@@ -16,6 +17,7 @@
 #include <torchbus/distributed_sampler.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/event.hpp>
+#include <torchbus/event_list.hpp>
 #include <torchbus/filter.hpp>
 #include <torchbus/gradient_reducer.hpp>
 #include <torchbus/launch_environment.hpp>
@@ -23,6 +25,7 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>

@@ -69,8 +69,9 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// The bus every event of this trainer is published on.
-  EventBus& bus() noexcept { return bus_; }
+  /// The bus every event of this trainer is published on, for subscribing (only the trainer
+  /// publishes built-in events).
+  EventBus& bus() noexcept { return publisher_.bus(); }
   /// The state passed to every subscriber.
   State& state() noexcept { return state_; }
   /// The options the trainer was built with.
@@ -80,18 +81,27 @@ class Trainer {
   /// The optimizer.
   torch::optim::Optimizer& optimizer() noexcept { return optimizer_; }
 
-  /// Adds a class callback: calls its `on_added(*this)`, then connects its hooks.
-  CallbackConnection add(std::shared_ptr<Callback> callback);
+  /// Adds a class callback: calls its `on_added(*this)`, then connects the hooks `T` overrides
+  /// (see `EventBus::add`).
+  template <typename T>
+  CallbackConnection add(std::shared_ptr<T> callback) {
+    prepare_to_add(callback.get());
+    return bus().add(std::move(callback));
+  }
+  /// Disconnects the callback called `name` and removes it (see `EventBus::remove`).
+  void remove(std::string_view name) { bus().remove(name); }
   /// Connects a subscription made by a decorator helper.
-  Connection add(Subscription subscription) { return bus_.add(std::move(subscription)); }
-  /// Subscribes `slot` to `event`.
-  Connection on(Event event, EventBus::Slot slot, int priority = 0) {
-    return bus_.on(event, std::move(slot), priority);
+  Connection add(Subscription subscription) { return bus().add(std::move(subscription)); }
+  /// Subscribes `slot` to `events` (one event, or several: `Event::StepEnd | Event::EpochEnd`).
+  Connection on(EventList events, EventBus::Slot slot, Placement placement = {}) {
+    return bus().on(events, std::move(slot), std::move(placement));
   }
-  /// Subscribes `slot` to `event` through `filter`.
-  Connection on(Event event, Filter filter, EventBus::Slot slot, int priority = 0) {
-    return bus_.on(event, std::move(filter), std::move(slot), priority);
+  /// Subscribes `slot` to `events` through `filter`.
+  Connection on(EventList events, Filter filter, EventBus::Slot slot, Placement placement = {}) {
+    return bus().on(events, std::move(filter), std::move(slot), std::move(placement));
   }
+  /// The subscribers of `event` in the order they run (see `EventBus::describe`).
+  std::string describe(Event event) const { return publisher_.bus().describe(event); }
 
   /// Trains data-parallel across the ranks of `group` (see docs/distributed.md): rank 0's
   /// parameters are broadcast at the start of fit(), gradients averaged once per step, stop
@@ -135,14 +145,17 @@ class Trainer {
 
   /// Writes a checkpoint of the run to `path` atomically (see docs/checkpointing.md). Valid
   /// between runs and at step boundaries: not between StepStart and the end of the optimizer step.
+  /// Calls every callback's `on_save_checkpoint` first.
   void save_checkpoint(const std::filesystem::path& path);
-  /// The framed bytes of a checkpoint of the run now, to write elsewhere (CheckpointWriter).
-  std::string checkpoint_bytes();
+  /// The framed bytes of a checkpoint of the run now, which the caller writes to `path`
+  /// (CheckpointWriter); `path` is what `on_save_checkpoint` is told, and may be empty.
+  std::string checkpoint_bytes(const std::filesystem::path& path = {});
   /// Makes the next fit() continue from `path`: a checkpoint file, or a directory whose newest
   /// valid checkpoint is used.
   void resume_from(std::filesystem::path path);
   /// Restores the checkpoint at `path` now. Everything is validated before anything changes; a
-  /// mismatch throws CheckpointError naming what differs.
+  /// mismatch throws CheckpointError naming what differs. Then calls every callback's
+  /// `on_load_checkpoint`.
   void load_checkpoint(const std::filesystem::path& path);
 
   /// Runs the model's forward pass.
@@ -167,8 +180,10 @@ class Trainer {
   template <typename Body>
   void run_action(Body&& body);
   void run_epoch(BatchSource& train, BatchSource* validation);
+  void run_sanity_check(BatchSource& validation);  // num_sanity_val_steps batches, no trace
   bool fill_window(BatchSource& train);
-  void run_step(bool can_validate);  // can_validate: the fit has validation data
+  void run_step(bool can_validate);          // can_validate: the fit has validation data
+  void shorten_window(std::size_t batches);  // an epoch end cut the window after `batches`
   void run_batch(Batch& batch);
   at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
   at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
@@ -186,6 +201,8 @@ class Trainer {
   bool step_limit_reached() const noexcept;
 
   void ensure_idle() const;
+  void prepare_to_add(Callback* callback);  // checks it and calls its on_added
+  void set_action(Action action) noexcept;  // and the state's trainer context
   void restore_for_resume();
   void start_training_epoch(BatchSource& train);
   void fire(Event event);
@@ -199,7 +216,7 @@ class Trainer {
   TrainerOptions options_;
   StepFunction train_step_;
   StepFunction eval_step_;
-  EventBus bus_;
+  EventPublisher publisher_;
   State state_;
   std::shared_ptr<ProcessGroup> process_group_;
   std::optional<LossScaler> loss_scaler_;     // under Precision::FP16Mixed
@@ -224,6 +241,8 @@ class Trainer {
   std::optional<std::filesystem::path> resume_path_;  // applied by the next fit()
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
+  std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
+  std::int64_t val_batch_limit_ = -1;    // batches per evaluation (-1: all)
 };
 
 }  // namespace torchbus

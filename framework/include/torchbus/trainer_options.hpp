@@ -5,14 +5,20 @@
 
 #include <c10/core/Device.h>
 #include <torch/arg.h>
+#include <torchbus/batch_limit.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/precision.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
 namespace torchbus {
+
+/// Epoch -> k: batches per optimizer step from that epoch on (see
+/// TrainerOptions::accumulation_schedule).
+using AccumulationSchedule = std::map<std::int64_t, std::int64_t>;
 
 /// What a Trainer does, e.g. `TrainerOptions().max_epochs(10).accumulate_grad_batches(4)`.
 struct TrainerOptions {
@@ -22,6 +28,25 @@ struct TrainerOptions {
   TORCH_ARG(std::int64_t, max_steps) = -1;
   /// Batches per optimizer step (k): gradients of k batches are averaged before one step.
   TORCH_ARG(std::int64_t, accumulate_grad_batches) = 1;
+  /// k changing at given epochs, e.g. `{{0, 1}, {4, 2}, {8, 4}}` (Lightning's
+  /// GradientAccumulationScheduler): each entry's k holds from its epoch on; epochs before the
+  /// first entry use accumulate_grad_batches (empty: no schedule).
+  TORCH_ARG(AccumulationSchedule, accumulation_schedule) = {};
+  /// Batches per training epoch: `BatchLimit::count(n)` or `BatchLimit::fraction(f)` (all: every
+  /// batch). The epoch ends after them, a short last window stepping as at the end of the data.
+  TORCH_ARG(BatchLimit, limit_train_batches) = {};
+  /// Batches per validation pass (fit's validations and evaluate()); see limit_train_batches.
+  TORCH_ARG(BatchLimit, limit_val_batches) = {};
+  /// A quick check of the whole loop: n > 0 runs one epoch of n training batches and n
+  /// validation batches (`fast_dev_run(true)`: 1), overriding max_epochs, max_steps, the
+  /// validation schedule, the limits and num_sanity_val_steps; State::fast_dev_run tells the
+  /// built-in writers (checkpoints, loggers, report) to write nothing. 0: off.
+  TORCH_ARG(std::int64_t, fast_dev_run) = 0;
+  /// Validation batches run before the first training batch of a fit that does not resume, with
+  /// State::sanity_checking set, so that a bug in the validation path shows at once; nothing of
+  /// it remains (metrics rolled back, built-in monitors and writers ignore it). 0: none, -1: a
+  /// whole validation pass (within limit_val_batches).
+  TORCH_ARG(std::int64_t, num_sanity_val_steps) = 0;
   /// Validate after every n epochs (0: never at epoch end).
   TORCH_ARG(std::int64_t, val_every_n_epochs) = 1;
   /// Also validate after every n optimizer steps (0: never).
@@ -55,6 +80,11 @@ struct TrainerOptions {
  public:
   /// Throws ConfigError naming the first option that is out of range.
   void validate() const;
+  /// k of `epoch`: the accumulation schedule's entry at or before it, else
+  /// accumulate_grad_batches.
+  std::int64_t accumulate_grad_batches_at(std::int64_t epoch) const;
+  /// The options a fit runs with: these, with fast_dev_run's overrides applied when it is set.
+  TrainerOptions effective() const;
 };
 
 }  // namespace torchbus

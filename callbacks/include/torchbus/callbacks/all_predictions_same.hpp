@@ -14,6 +14,9 @@ namespace torchbus {
 
 /// What AllPredictionsSame reads and does, e.g. `AllPredictionsSameOptions().stop(true)`.
 struct AllPredictionsSameOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "all_predictions_same";
   /// Tensor holding the model's output in each evaluation batch.
   TORCH_ARG(std::string, output) = "output";
   /// Predictions are output.argmax(1) when the output has a class dimension (dim >= 2 and
@@ -32,9 +35,8 @@ class AllPredictionsSame : public Callback {
   /// Default priority: before loggers and checkpointing.
   static constexpr int kDefaultPriority = 0;
 
-  /// An AllPredictionsSame called `name`.
-  explicit AllPredictionsSame(AllPredictionsSameOptions options = {},
-                              std::string name = "all_predictions_same");
+  /// An AllPredictionsSame named by its options.
+  explicit AllPredictionsSame(AllPredictionsSameOptions options = {});
 
   /// The options it was built with.
   const AllPredictionsSameOptions& options() const noexcept { return options_; }

@@ -17,6 +17,9 @@ namespace torchbus {
 /// What ClassificationMetrics reads and records, e.g.
 /// `ClassificationMetricsOptions().num_classes(10).prefix("test_")`.
 struct ClassificationMetricsOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "classification_metrics";
   /// Number of classes C (0: output.size(1) of the first evaluation batch).
   TORCH_ARG(std::int64_t, num_classes) = 0;
   /// Prefix of every recorded metric: "<prefix>accuracy", "<prefix>precision", ...
@@ -46,9 +49,8 @@ class ClassificationMetrics : public Callback {
   /// Default priority: metric producers run first.
   static constexpr int kDefaultPriority = -100;
 
-  /// A ClassificationMetrics called `name`; throws ConfigError for invalid options.
-  explicit ClassificationMetrics(ClassificationMetricsOptions options = {},
-                                 std::string name = "classification_metrics");
+  /// A ClassificationMetrics named by its options; throws ConfigError for invalid options.
+  explicit ClassificationMetrics(ClassificationMetricsOptions options = {});
 
   /// The options it was built with.
   const ClassificationMetricsOptions& options() const noexcept { return options_; }

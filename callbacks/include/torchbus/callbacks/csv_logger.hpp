@@ -24,6 +24,9 @@ struct CsvLoggerOptions {
   /// Writes to the CSV file at `path`.
   /* implicit */ CsvLoggerOptions(std::string path);  // NOLINT(google-explicit-constructor)
 
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "csv_logger";
   /// The CSV file (missing parent directories are created at ActionStart).
   TORCH_ARG(std::string, path);
   /// Write a step row at every StepEnd where `state.step % step_freq == 0` (>= 1).
@@ -56,8 +59,8 @@ class CsvLogger : public Callback {
   /// Default priority: after metric producers (-100), with the other loggers.
   static constexpr int kDefaultPriority = 100;
 
-  /// A logger called `name`; throws ConfigError for invalid options.
-  explicit CsvLogger(CsvLoggerOptions options, std::string name = "csv_logger");
+  /// A logger named by its options; throws ConfigError for invalid options.
+  explicit CsvLogger(CsvLoggerOptions options);
   /// Closes the file if an action left it open.
   ~CsvLogger() override;
   CsvLogger(const CsvLogger&) = delete;
@@ -82,9 +85,9 @@ class CsvLogger : public Callback {
   void on_epoch_end(State& state) override;
   /// Closes the file.
   void on_action_end(State& state) override;
-  /// Writes no state; flushes the buffered rows, so that every row up to the checkpoint is in the
-  /// file before the checkpoint exists.
-  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Flushes the buffered rows, so that every row up to the checkpoint is in the file before the
+  /// checkpoint exists.
+  void on_save_checkpoint(const Checkpoint& checkpoint) override;
 
  private:
   void open(bool replace);
@@ -92,14 +95,14 @@ class CsvLogger : public Callback {
   void write_step_row(State& state);
   void begin_row(const char* kind, const State& state);
   void flush_if_due();
-  void flush_rows() const;
+  void flush_rows();
   std::size_t column_index(const std::string& name);
   void add_columns(const std::vector<std::string>& names);
   void set_cell(std::size_t column, double value);
   void set_lr(const State& state);
 
   CsvLoggerOptions options_;
-  /// What goes to the file; mutable, because save_state (const) flushes it.
+  /// What goes to the file.
   struct Output {
     std::ofstream file;
     std::unique_ptr<detail::CsvRows> rows;  // recorded, not yet handed to the OS
@@ -107,7 +110,7 @@ class CsvLogger : public Callback {
     bool header_pending = false;            // the header goes before the first rows handed over
     std::chrono::steady_clock::time_point flushed_at;  // rows were last handed to the OS
   };
-  mutable Output out_;
+  Output out_;
   std::vector<std::string> columns_;      // header
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;

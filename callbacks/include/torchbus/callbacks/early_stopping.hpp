@@ -22,6 +22,9 @@ namespace torchbus {
 /// What EarlyStopping watches, e.g.
 /// `EarlyStoppingOptions().monitor("val_accuracy").mode(Mode::Max).patience(5)`.
 struct EarlyStoppingOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "early_stopping";
   /// Name of the metric in the metric history to watch.
   TORCH_ARG(std::string, monitor) = "val_loss";
   /// Whether lower (Min) or higher (Max) values are better.
@@ -58,8 +61,8 @@ class EarlyStopping : public Callback {
   /// Default priority: after metric producers, before loggers and checkpointing.
   static constexpr int kDefaultPriority = 50;
 
-  /// An EarlyStopping called `name`; throws ConfigError for invalid options.
-  explicit EarlyStopping(EarlyStoppingOptions options = {}, std::string name = "early_stopping");
+  /// An EarlyStopping named by its options; throws ConfigError for invalid options.
+  explicit EarlyStopping(EarlyStoppingOptions options = {});
 
   /// The options it was built with.
   const EarlyStoppingOptions& options() const noexcept { return options_; }
@@ -76,8 +79,6 @@ class EarlyStopping : public Callback {
   void on_epoch_end(State& state) override;
   /// With restore_best_weights: subscribes the restore after the run's final checkpoint.
   void on_added(Trainer& trainer) override;
-  /// Notes that fit() runs (EpochStart fires only there).
-  void on_epoch_start(State& state) override;
   /// The weights of the best check (restore_best_weights), parameters then buffers; empty before.
   const std::vector<at::Tensor>& best_weights() const noexcept { return best_weights_; }
 
@@ -97,7 +98,6 @@ class EarlyStopping : public Callback {
   std::int64_t best_epoch_ = -1;
   std::int64_t stopped_epoch_ = -1;
   std::vector<at::Tensor> best_weights_;
-  bool in_fit_ = false;  // from EpochStart to the ActionEnd of fit()
   ScopedConnection restore_at_end_;
 };
 

@@ -21,6 +21,9 @@ namespace torchbus {
 
 /// How EMA averages, e.g. `EMAOptions().decay(0.999).every_n_steps(1)`.
 struct EMAOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "ema";
   /// Weight of the old average in each update, in [0, 1): average = decay * average +
   /// (1 - decay) * weights.
   TORCH_ARG(double, decay) = 0.999;
@@ -51,8 +54,8 @@ class EMA : public Callback {
   /// Default priority: before metric producers (-100), so evaluations see the averaged weights.
   static constexpr int kDefaultPriority = -150;
 
-  /// An EMA called `name`; throws ConfigError for invalid options.
-  explicit EMA(EMAOptions options = {}, std::string name = "ema");
+  /// An EMA named by its options; throws ConfigError for invalid options.
+  explicit EMA(EMAOptions options = {});
 
   /// The options it was built with.
   const EMAOptions& options() const noexcept { return options_; }
@@ -65,8 +68,6 @@ class EMA : public Callback {
   /// structure); throws ConfigError when its tensors do not match.
   void copy_to(torch::nn::Module& model) const;
 
-  /// Notes that fit() runs (EpochStart fires only there).
-  void on_epoch_start(State& state) override;
   /// Takes the weights as the first average unless a checkpoint brought one.
   void on_step_start(State& state) override;
   /// Updates the average after every n-th applied optimizer step.
@@ -99,7 +100,6 @@ class EMA : public Callback {
   std::vector<at::Tensor> raw_;      // the raw weights while an evaluation uses the averages
   std::int64_t updates_ = 0;
   bool swapped_ = false;
-  bool in_fit_ = false;  // from EpochStart to the ActionEnd of fit()
   ScopedConnection apply_at_end_;
 };
 

@@ -16,14 +16,17 @@ namespace torchbus {
 
 /// What GradientStats computes, e.g. `GradientStatsOptions().step_freq(10).per_parameter(true)`.
 struct GradientStatsOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "gradient_stats";
   /// Compute every n-th optimizer step (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 1;
   /// Order of the norm (> 0, or infinity for the largest absolute element).
   TORCH_ARG(double, norm_type) = 2.0;
-  /// Also the norm of each parameter's gradient, as "<name>/<parameter name>".
+  /// Also the norm of each parameter's gradient, as "<metric>/<parameter name>".
   TORCH_ARG(bool, per_parameter) = false;
   /// Name of the global norm in the tensor store and the metric history.
-  TORCH_ARG(std::string, name) = "grad_norm";
+  TORCH_ARG(std::string, metric) = "grad_norm";
   /// Event::BeforeOptimizerStep (gradients before clipping) or Event::AfterOptimizerStep (the
   /// gradients the optimizer applied, after TrainerOptions' clipping).
   TORCH_ARG(Event, event) = Event::BeforeOptimizerStep;
@@ -44,8 +47,8 @@ class GradientStats : public Callback {
   /// Default priority: metric producers run first.
   static constexpr int kDefaultPriority = -100;
 
-  /// A GradientStats called `name`; throws ConfigError for invalid options.
-  explicit GradientStats(GradientStatsOptions options = {}, std::string name = "gradient_stats");
+  /// A GradientStats named by its options; throws ConfigError for invalid options.
+  explicit GradientStats(GradientStatsOptions options = {});
 
   /// The options it was built with.
   const GradientStatsOptions& options() const noexcept { return options_; }
@@ -62,7 +65,7 @@ class GradientStats : public Callback {
 
   GradientStatsOptions options_;
   std::vector<at::Tensor> parameters_;
-  std::vector<std::string> parameter_names_;  // "<name>/<parameter name>"
+  std::vector<std::string> parameter_names_;  // "<metric>/<parameter name>"
   std::vector<at::Tensor> norms_;             // reused per step
 };
 

@@ -101,6 +101,9 @@ struct ReduceOnPlateauOptions {
 
 /// How a LearningRateScheduler advances and reports.
 struct LearningRateSchedulerOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "learning_rate_scheduler";
   /// Advance after every optimizer step (AfterOptimizerStep) or every epoch (EpochEnd); not used
   /// by reduce-on-plateau, which acts at its own check_on event.
   TORCH_ARG(ScheduleInterval, interval) = ScheduleInterval::Step;
@@ -122,37 +125,28 @@ class LearningRateScheduler : public Callback {
  public:
   /// Default priority: after metric producers and TerminateOnNaN, before EarlyStopping.
   static constexpr int kDefaultPriority = 0;
-  /// Default callback name.
-  static constexpr const char* kDefaultName = "learning_rate_scheduler";
 
   /// Any closed-form schedule.
-  explicit LearningRateScheduler(LrLambda schedule, LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+  explicit LearningRateScheduler(LrLambda schedule, LearningRateSchedulerOptions options = {});
   /// Linear warmup; throws ConfigError for invalid options.
   explicit LearningRateScheduler(const LinearWarmupOptions& warmup,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
   /// Cosine decay with optional warmup; throws ConfigError for invalid options.
   explicit LearningRateScheduler(const CosineDecayOptions& cosine,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
   /// One-cycle; throws ConfigError for invalid options.
   explicit LearningRateScheduler(const OneCycleOptions& one_cycle,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
   /// Step decay; throws ConfigError for invalid options.
   explicit LearningRateScheduler(const StepDecayOptions& step_decay,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
   /// Reduce-on-plateau; throws ConfigError for invalid options.
   explicit LearningRateScheduler(ReduceOnPlateauOptions plateau,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
   /// A LibTorch scheduler (e.g. torch::optim::StepLR) built on the trainer's optimizer: its
   /// step() is called after each interval.
   explicit LearningRateScheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler,
-                                 LearningRateSchedulerOptions options = {},
-                                 std::string name = kDefaultName);
+                                 LearningRateSchedulerOptions options = {});
 
   /// The options it was built with.
   const LearningRateSchedulerOptions& options() const noexcept { return options_; }

@@ -22,6 +22,9 @@ struct ModelCheckpointOptions {
   /// Where checkpoints go: created if missing.
   explicit ModelCheckpointOptions(std::filesystem::path directory)
       : directory_(std::move(directory)) {}
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "model_checkpoint";
   /// The checkpoint folder.
   TORCH_ARG(std::filesystem::path, directory);
   /// Save after every n optimizer steps (0: not by steps).
@@ -67,7 +70,6 @@ class ModelCheckpoint : public Callback {
 
   void on_added(Trainer& trainer) override;
   void on_action_start(State& state) override;
-  void on_epoch_start(State& state) override;
   void on_step_end(State& state) override;
   void on_eval_end(State& state) override;
   void on_epoch_end(State& state) override;
@@ -103,7 +105,6 @@ class ModelCheckpoint : public Callback {
   void link_last(const std::filesystem::path& newest) const;
 
   ModelCheckpointOptions options_;
-  Trainer* trainer_ = nullptr;
   std::unique_ptr<CheckpointWriter> writer_;
   std::vector<Kept> kept_;
   std::int64_t last_saved_step_ = -1;
@@ -112,7 +113,6 @@ class ModelCheckpoint : public Callback {
   std::int64_t last_saved_evaluations_ = -1;  // ... when the last checkpoint was taken
   bool last_saved_at_epoch_end_ = false;
   bool pending_ = false;  // a step checkpoint waits for the validation of its step
-  bool in_fit_ = false;   // between the first EpochStart and ActionEnd of a fit
   bool warned_unranked_ = false;
 };
 

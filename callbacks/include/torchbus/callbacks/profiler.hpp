@@ -18,6 +18,9 @@ namespace torchbus {
 
 /// What Profiler reports, e.g. `ProfilerOptions().top_n(5)`.
 struct ProfilerOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "profiler";
   /// Log the table through torchbus::logger() (level info) at every ActionEnd.
   TORCH_ARG(bool, log_table) = true;
   /// Subscriber rows in the logged table, the slowest first; the others are summed in one line
@@ -59,8 +62,8 @@ class Profiler : public Callback, public DispatchObserver {
   /// Default priority: logs the table after every other ActionEnd subscriber.
   static constexpr int kDefaultPriority = std::numeric_limits<int>::max();
 
-  /// A Profiler called `name`; throws ConfigError for invalid options.
-  explicit Profiler(ProfilerOptions options = {}, std::string name = "profiler");
+  /// A Profiler named by its options; throws ConfigError for invalid options.
+  explicit Profiler(ProfilerOptions options = {});
 
   /// The options it was built with.
   const ProfilerOptions& options() const noexcept { return options_; }

@@ -27,6 +27,9 @@ using ProgressStream = std::ostream*;
 
 /// What a ProgressBar shows, e.g. `ProgressBarOptions().metrics_to_show({"val_loss"})`.
 struct ProgressBarOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "progress_bar";
   /// Bar or plain lines (Auto: bar only on a terminal).
   TORCH_ARG(ProgressBarMode, mode) = ProgressBarMode::Auto;
   /// Where the bar is drawn (nullptr: std::cout). A stream given here is used as a terminal.
@@ -56,8 +59,8 @@ class ProgressBar : public Callback {
   /// Default priority: after the loggers (100), so it shows what they and metric producers set.
   static constexpr int kDefaultPriority = 150;
 
-  /// A progress bar called `name`; throws ConfigError for invalid options.
-  explicit ProgressBar(ProgressBarOptions options = {}, std::string name = "progress_bar");
+  /// A progress bar named by its options; throws ConfigError for invalid options.
+  explicit ProgressBar(ProgressBarOptions options = {});
 
   /// The options it was built with.
   const ProgressBarOptions& options() const noexcept { return options_; }

@@ -52,6 +52,9 @@ struct RunReportOptions {
   /// Writes the report to the HTML file at `path`.
   /* implicit */ RunReportOptions(std::string path);  // NOLINT(google-explicit-constructor)
 
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "run_report";
   /// The HTML file (missing parent directories are created at ActionStart).
   TORCH_ARG(std::string, path);
   /// Heading and `<title>` of the report (not empty).
@@ -92,8 +95,8 @@ class RunReport : public Callback {
   /// Default priority: after ModelCheckpoint (200), so the report sees everything.
   static constexpr int kDefaultPriority = 250;
 
-  /// A report called `name`; throws ConfigError for invalid options.
-  explicit RunReport(RunReportOptions options, std::string name = "run_report");
+  /// A report named by its options; throws ConfigError for invalid options.
+  explicit RunReport(RunReportOptions options);
 
   /// The options it was built with.
   const RunReportOptions& options() const noexcept { return options_; }

@@ -16,6 +16,9 @@ namespace torchbus {
 
 /// What a SimpleLogger logs, e.g. `SimpleLoggerOptions().step_freq(10).tensors_to_log({"loss"})`.
 struct SimpleLoggerOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "simple_logger";
   /// Log at every StepEnd where `state.step % step_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 50;
   /// Names of the tensors to log from the tensor store at StepEnd (at least one).
@@ -41,8 +44,8 @@ class SimpleLogger : public Callback {
   /// Default priority: after metric producers (-100), with the other loggers.
   static constexpr int kDefaultPriority = 100;
 
-  /// A logger called `name`; throws ConfigError for invalid options.
-  explicit SimpleLogger(SimpleLoggerOptions options = {}, std::string name = "simple_logger");
+  /// A logger named by its options; throws ConfigError for invalid options.
+  explicit SimpleLogger(SimpleLoggerOptions options = {});
 
   /// The options it was built with.
   const SimpleLoggerOptions& options() const noexcept { return options_; }

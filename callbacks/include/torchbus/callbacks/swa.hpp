@@ -30,6 +30,9 @@ enum class SWAAnnealing { Cosine, Linear };
 
 /// When and how SWA averages, e.g. `SWAOptions().start_fraction(0.75).swa_lr(0.01)`.
 struct SWAOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "swa";
   /// The first averaged epoch, as a fraction of max_epochs: epoch floor(fraction * max_epochs),
   /// in (0, 1]. Ignored when `start_epoch` is set.
   TORCH_ARG(double, start_fraction) = 0.8;
@@ -63,8 +66,8 @@ class SWA : public Callback {
   /// Default priority: after the learning rate scheduler, before loggers and checkpoints.
   static constexpr int kDefaultPriority = 10;
 
-  /// An SWA called `name`; throws ConfigError for invalid options.
-  explicit SWA(SWAOptions options = {}, std::string name = "swa");
+  /// An SWA named by its options; throws ConfigError for invalid options.
+  explicit SWA(SWAOptions options = {});
 
   /// The options it was built with.
   const SWAOptions& options() const noexcept { return options_; }
@@ -92,8 +95,7 @@ class SWA : public Callback {
   void on_action_start(State& state) override;
   /// In averaging epochs with `swa_lr`: sets the annealed learning rate.
   void on_step_start(State& state) override;
-  /// Notes that fit() runs; adds the weights of an epoch that a stop seemed to cut short but had
-  /// ended.
+  /// Adds the weights of an epoch that a stop seemed to cut short but had ended.
   void on_epoch_start(State& state) override;
   /// From the start epoch on: adds the weights to the average (an epoch cut short by a stop or
   /// max_steps waits: it is added at the end of fit, or dropped when a resume continues it).
@@ -106,7 +108,7 @@ class SWA : public Callback {
 
  private:
   void add_to_average(torch::nn::Module& model);
-  void finish(const State& state, Trainer& trainer);
+  void finish(const State& state);
 
   SWAOptions options_;
   std::int64_t start_epoch_ = -1;
@@ -114,7 +116,6 @@ class SWA : public Callback {
   std::vector<at::Tensor> average_;
   std::int64_t averaged_ = 0;
   std::int64_t pending_epoch_ = -1;  // an averaged epoch whose EpochEnd came with a stop
-  bool in_fit_ = false;              // from EpochStart to the ActionEnd of fit()
   ScopedConnection finish_;
 };
 

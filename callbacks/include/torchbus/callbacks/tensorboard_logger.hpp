@@ -34,6 +34,9 @@ struct TensorBoardLoggerOptions {
   /* implicit */ TensorBoardLoggerOptions(
       std::string log_dir);  // NOLINT(google-explicit-constructor)
 
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "tensorboard_logger";
   /// The run directory of the event files (created at ActionStart if missing).
   TORCH_ARG(std::string, log_dir);
   /// Write scalars at every StepEnd where `state.step % step_freq == 0` (>= 1).
@@ -88,9 +91,8 @@ class TensorBoardLogger : public Callback {
   /// Default priority: after metric producers (-100), with the other loggers.
   static constexpr int kDefaultPriority = 100;
 
-  /// A logger called `name`; throws ConfigError for invalid options.
-  explicit TensorBoardLogger(TensorBoardLoggerOptions options,
-                             std::string name = "tensorboard_logger");
+  /// A logger named by its options; throws ConfigError for invalid options.
+  explicit TensorBoardLogger(TensorBoardLoggerOptions options);
   /// Closes an event file an action left open (errors are logged).
   ~TensorBoardLogger() override;
   TensorBoardLogger(const TensorBoardLogger&) = delete;
@@ -127,9 +129,9 @@ class TensorBoardLogger : public Callback {
   void on_action_end(State& state) override;
   /// Writes what is queued; an error of the writer thread is logged.
   void on_exception(State& state) override;
-  /// Writes no state; writes every step recorded so far, so that a run killed after the
-  /// checkpoint keeps the steps the checkpoint covers (a resumed run writes only later ones).
-  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Writes every step recorded so far, so that a run killed after the checkpoint keeps the steps
+  /// the checkpoint covers (a resumed run writes only later ones).
+  void on_save_checkpoint(const Checkpoint& checkpoint) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -150,18 +152,17 @@ class TensorBoardLogger : public Callback {
   void write_new_metrics(State& state);
   /// Hands the recorded steps over, then queues an event of `values` at `step` in `run`.
   void write(Run run, std::int64_t step, std::vector<SummaryValue> values);
-  void submit(Run run, std::int64_t step, std::vector<SummaryValue> values, double wall_time) const;
-  void hand_over() const;
+  void submit(Run run, std::int64_t step, std::vector<SummaryValue> values, double wall_time);
+  void hand_over();
   /// The writer of `run`; a sub-run's is created when first written to.
-  EventFileWriter& writer(Run run) const;
+  EventFileWriter& writer(Run run);
   bool due(std::int64_t step) const noexcept;
   bool wanted_metric(const std::string& name) const;
   std::string who() const;
 
   TensorBoardLoggerOptions options_;
-  // Per Run, during an action (the main one from ActionStart on); mutable: save_state (const)
-  // hands recorded steps over, which may create the train sub-run's.
-  mutable std::array<std::unique_ptr<EventFileWriter>, kRunCount> writers_;
+  // Per Run, during an action (the main one from ActionStart on).
+  std::array<std::unique_ptr<EventFileWriter>, kRunCount> writers_;
   std::string file_;
   std::vector<std::string> tags_;     // "train/<name>" per tensors_to_log entry
   std::vector<at::Tensor> captured_;  // per tensors_to_log entry: kept at BatchEnd
@@ -171,8 +172,8 @@ class TensorBoardLogger : public Callback {
   std::int64_t resume_step_ = 0;      // the step the action started from (> 0: a resume)
   std::map<std::string, std::size_t> written_;  // metric -> points already written
   // Step scalars (tag: index into tags_; tags_.size(): the learning rate) not yet handed to the
-  // writer; mutable: save_state (const) hands them over.
-  mutable std::vector<ScalarPoint> pending_;
+  // writer.
+  std::vector<ScalarPoint> pending_;
   Clock::time_point epoch_start_;
   std::unique_ptr<ScopedConnection> parameter_histograms_;  // AfterOptimizerStep, when asked
 };

@@ -16,6 +16,9 @@ namespace torchbus {
 
 /// What TerminateOnNaN checks, e.g. `TerminateOnNaNOptions().tensors({"loss", "output"})`.
 struct TerminateOnNaNOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "terminate_on_nan";
   /// Names of batch tensors checked after every backward (the default train step stores "loss",
   /// "output" and "target"); each must be in the tensor store at AfterBackward.
   TORCH_ARG(std::vector<std::string>, tensors) = {"loss"};
@@ -35,9 +38,8 @@ class TerminateOnNaN : public Callback {
   /// Default priority: after metric producers (-100), before everything else.
   static constexpr int kDefaultPriority = -50;
 
-  /// A TerminateOnNaN called `name`.
-  explicit TerminateOnNaN(TerminateOnNaNOptions options = {},
-                          std::string name = "terminate_on_nan");
+  /// A TerminateOnNaN named by its options.
+  explicit TerminateOnNaN(TerminateOnNaNOptions options = {});
 
   /// The options it was built with.
   const TerminateOnNaNOptions& options() const noexcept { return options_; }

@@ -15,6 +15,9 @@ namespace torchbus {
 
 /// What Timer measures and when it stops, e.g. `TimerOptions().time_limit(3600).step_freq(50)`.
 struct TimerOptions {
+  /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
+  /// instance of a run its own).
+  TORCH_ARG(std::string, name) = "timer";
   /// Stop the run (at the next step boundary) once this many seconds have passed inside fit() and
   /// evaluate() calls, counting time restored from a checkpoint (0: no limit).
   TORCH_ARG(double, time_limit) = 0.0;
@@ -47,8 +50,8 @@ class Timer : public Callback {
   /// Default priority: metric producers run first.
   static constexpr int kDefaultPriority = -100;
 
-  /// A Timer called `name`; throws ConfigError for invalid options.
-  explicit Timer(TimerOptions options = {}, std::string name = "timer");
+  /// A Timer named by its options; throws ConfigError for invalid options.
+  explicit Timer(TimerOptions options = {});
 
   /// The options it was built with.
   const TimerOptions& options() const noexcept { return options_; }

@@ -2,6 +2,7 @@
 // Run `torchbus-train --help` for the flags; docs/getting-started.md walks through a run.
 
 #include "accuracy.hpp"
+#include "blas_threads.hpp"
 #include "dataset.hpp"
 #include "exit_status.hpp"
 #include "model.hpp"
@@ -44,6 +45,11 @@ struct Flags {
   std::int64_t max_steps = -1;
   std::int64_t batch_size = 64;
   std::int64_t accumulate = 1;
+  std::string accumulate_schedule;  // EPOCH:K,... (empty: none)
+  std::int64_t fast_dev_run = 0;
+  std::string limit_train_batches;  // a count, or a fraction with a decimal point (empty: all)
+  std::string limit_val_batches;
+  std::int64_t sanity_val_steps = 2;
   double lr = 1e-3;
   std::string optimizer = "adam";
   std::string precision = "32";
@@ -132,6 +138,79 @@ CLI::Validator finite_number(double minimum, double maximum, bool exclusive) {
       range);
 }
 
+/// A --limit-*-batches value: a count (digits only), or a fraction with a decimal point.
+std::optional<torchbus::BatchLimit> parse_batch_limit(const std::string& text) {
+  std::size_t used = 0;
+  try {
+    if (text.find('.') == std::string::npos) {
+      const auto count = std::stoll(text, &used);
+      if (used == text.size() && count >= 1) return torchbus::BatchLimit::count(count);
+    } else {
+      const auto fraction = std::stod(text, &used);
+      if (used == text.size() && fraction > 0.0 && fraction <= 1.0) {
+        return torchbus::BatchLimit::fraction(fraction);
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+CLI::Validator batch_limit() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return parse_batch_limit(text) ? std::string()
+                                       : "expected a count of batches >= 1 (e.g. 10) or a fraction "
+                                         "in (0, 1] with a decimal point (e.g. 0.25), got '" +
+                                             text + "'";
+      },
+      "COUNT|FRACTION");
+}
+
+/// An --accumulate-schedule value, "EPOCH:K,EPOCH:K,..." (nullopt: malformed).
+std::optional<torchbus::AccumulationSchedule> parse_accumulation_schedule(const std::string& text) {
+  torchbus::AccumulationSchedule schedule;
+  std::istringstream in(text);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    const auto colon = entry.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    try {
+      std::size_t epoch_used = 0, k_used = 0;
+      const auto epoch = std::stoll(entry.substr(0, colon), &epoch_used);
+      const auto k = std::stoll(entry.substr(colon + 1), &k_used);
+      if (epoch_used != colon || k_used != entry.size() - colon - 1 || epoch < 0 || k < 1 ||
+          !schedule.emplace(epoch, k).second) {
+        return std::nullopt;
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (schedule.empty() || text.back() == ',') return std::nullopt;
+  return schedule;
+}
+
+CLI::Validator accumulation_schedule() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return parse_accumulation_schedule(text)
+                   ? std::string()
+                   : "expected EPOCH:K,... with epochs >= 0 (counted from 0, each once) and k >= "
+                     "1, e.g. 0:1,2:4, got '" +
+                         text + "'";
+      },
+      "EPOCH:K,...");
+}
+
+/// The schedule as --accumulate-schedule spells it, in epoch order ("0:1,2:4").
+std::string schedule_text(const torchbus::AccumulationSchedule& schedule) {
+  std::string text;
+  for (const auto& [epoch, k] : schedule) {
+    text += (text.empty() ? "" : ",") + std::to_string(epoch) + ":" + std::to_string(k);
+  }
+  return text;
+}
+
 void describe_flags(CLI::App& app, Flags& flags) {
   app.description(
       "Trains a classifier with torchbus and writes everything under one run directory:\n"
@@ -159,6 +238,29 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(at_least(1));
   app.add_option("--accumulate", flags.accumulate, "batches per optimizer step")
       ->check(at_least(1));
+  app.add_option("--accumulate-schedule", flags.accumulate_schedule,
+                 "change the batches per optimizer step at given epochs (counted from 0), e.g. "
+                 "0:1,2:4 (k 4 from the third epoch on; epochs before the first entry use "
+                 "--accumulate)")
+      ->check(accumulation_schedule());
+  app.add_option("--limit-train-batches", flags.limit_train_batches,
+                 "train on the first N batches of each epoch, or a fraction of them with a "
+                 "decimal point (0.25); the run's identity includes it")
+      ->check(batch_limit());
+  app.add_option("--limit-val-batches", flags.limit_val_batches,
+                 "validate on the first N batches, or a fraction of them (0.25)")
+      ->check(batch_limit());
+  app.add_option("--fast-dev-run", flags.fast_dev_run,
+                 "check the whole loop in seconds: one epoch of N training and N validation "
+                 "batches (N: 1 when omitted), nothing written (no OUT, checkpoints, logs, report "
+                 "or summary)")
+      ->expected(0, 1)
+      ->default_str("1")
+      ->check(at_least(1));
+  app.add_option("--sanity-val-steps", flags.sanity_val_steps,
+                 "validate on N batches before the first training step of a fresh run, so a bug "
+                 "in the validation path shows at once; nothing of it is kept (0: off)")
+      ->check(at_least(0));
   auto* lr = app.add_option("--lr", flags.lr, "learning rate")
                  ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/true));
   app.add_flag("--find-lr", flags.find_lr,
@@ -187,7 +289,8 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "--overwrite");
   const auto hardware_threads = static_cast<std::int64_t>(std::thread::hardware_concurrency());
   app.add_option("--threads", flags.threads,
-                 "intra-op threads (0: LibTorch's default; at most the hardware threads, " +
+                 "intra-op threads, OpenBLAS's too (0: the libraries' defaults; at most the "
+                 "hardware threads, " +
                      std::to_string(hardware_threads) + " here)")
       ->check(integer_in(0, std::max<std::int64_t>(1, hardware_threads),
                          " (the hardware threads of this machine)"));
@@ -362,6 +465,11 @@ void check_flag_combinations(const Flags& flags) {
   if (flags.resume && !flags.checkpoints) {
     throw UsageError("--resume needs checkpoints; drop --no-checkpoints");
   }
+  if (flags.fast_dev_run > 0 && (flags.resume || flags.find_lr)) {
+    throw UsageError(std::string("--fast-dev-run checks the loop from a fresh start and writes "
+                                 "nothing: it cannot be combined with ") +
+                     (flags.resume ? "--resume" : "--find-lr"));
+  }
   try {
     torchbus::check_precision_supported(torchbus::parse_precision(flags.precision), torch::kCPU);
   } catch (const torchbus::ConfigError& error) {
@@ -369,8 +477,26 @@ void check_flag_combinations(const Flags& flags) {
   }
 }
 
+/// The optimizer steps the run makes when nothing stops it early: per epoch, its training batches
+/// (within --limit-train-batches) in windows of that epoch's k.
+std::int64_t planned_steps(const Flags& flags, const torchbus::TrainerOptions& options,
+                           std::int64_t batches_per_epoch) {
+  const auto run = options.effective();
+  const auto limit =
+      run.limit_train_batches().batches_per_pass(batches_per_epoch, "--limit-train-batches");
+  const auto batches = limit < 0 ? batches_per_epoch : std::min(limit, batches_per_epoch);
+  std::int64_t steps = 0;
+  for (std::int64_t epoch = 0; epoch < run.max_epochs(); ++epoch) {
+    const auto k = run.accumulate_grad_batches_at(epoch);
+    steps += (batches + k - 1) / k;
+  }
+  if (flags.max_steps > 0 && flags.fast_dev_run == 0) steps = std::min(steps, flags.max_steps);
+  return steps;
+}
+
 /// The callbacks that change what the run does, as the flags ask.
 void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
+                            const torchbus::TrainerOptions& options,
                             std::int64_t batches_per_epoch) {
   if (flags.time_limit > 0) {
     trainer.add(
@@ -388,9 +514,7 @@ void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
     if (flags.swa_lr > 0) options.swa_lr(flags.swa_lr).annealing_epochs(1);
     trainer.add(std::make_shared<torchbus::SWA>(options));
   }
-  const auto steps_per_epoch = (batches_per_epoch + flags.accumulate - 1) / flags.accumulate;
-  auto total_steps = steps_per_epoch * flags.epochs;
-  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
+  auto total_steps = planned_steps(flags, options, batches_per_epoch);
   if (auto scheduler = make_scheduler(flags.scheduler, total_steps)) trainer.add(scheduler);
 }
 
@@ -402,6 +526,11 @@ train::JsonObject describe_run(const Flags& flags) {
           {"max_steps", flags.max_steps},
           {"batch_size", flags.batch_size},
           {"accumulate", flags.accumulate},
+          {"accumulate_schedule", flags.accumulate_schedule},
+          {"limit_train_batches",
+           flags.limit_train_batches.empty() ? "all" : flags.limit_train_batches},
+          {"limit_val_batches", flags.limit_val_batches.empty() ? "all" : flags.limit_val_batches},
+          {"sanity_val_steps", flags.sanity_val_steps},
           {"lr", flags.lr},
           {"optimizer", flags.optimizer},
           {"precision", flags.precision},
@@ -443,6 +572,18 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size) {
       flags.max_steps, flags.val_every, flags.val_every_steps, flags.early_stopping,
       flags.terminate_on_nan ? 1 : 0, flags.precision, flags.channels_last ? 1 : 0, world_size);
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
+  if (!flags.accumulate_schedule.empty()) {
+    identity += fmt::format("accumulate_schedule={}\n",
+                            schedule_text(*parse_accumulation_schedule(flags.accumulate_schedule)));
+  }
+  if (!flags.limit_train_batches.empty()) {
+    identity += fmt::format("limit_train_batches={}\n",
+                            parse_batch_limit(flags.limit_train_batches)->to_string());
+  }
+  if (!flags.limit_val_batches.empty()) {
+    identity += fmt::format("limit_val_batches={}\n",
+                            parse_batch_limit(flags.limit_val_batches)->to_string());
+  }
   if (flags.swa_start > 0) {
     identity += fmt::format("swa_start={}\nswa_lr={}\n", flags.swa_start, flags.swa_lr);
   }
@@ -636,7 +777,8 @@ int run(Flags flags) {
   // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this.
   const auto group = torchbus::ProcessGroup::from_environment();
   const int world_size = group->world_size();
-  const bool writes_outputs = group->rank() == 0;  // rank 0 alone writes the run directory
+  // Rank 0 alone writes the run directory; a --fast-dev-run writes nothing.
+  const bool writes_outputs = group->rank() == 0 && flags.fast_dev_run == 0;
 
   // The same checks, data and model on every rank; a failure on one ends every rank.
   train::Dataset data;
@@ -645,7 +787,13 @@ int run(Flags flags) {
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   train::run_agreed(*group, [&] {
     check_flag_combinations(flags);
-    if (flags.threads > 0) torch::set_num_threads(flags.threads);
+    if (flags.threads > 0) {
+      torch::set_num_threads(flags.threads);
+      const auto blas = train::set_blas_threads(flags.threads);
+      torchbus::logger()->info("threads: {} intra-op, {}", flags.threads,
+                               blas.empty() ? "the BLAS library is not OpenBLAS (left as it is)"
+                                            : "as many for " + blas);
+    }
     torch::manual_seed(flags.seed);
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
@@ -669,16 +817,28 @@ int run(Flags flags) {
   if (writes_outputs) log_to(out, flags.resume);
   auto log = torchbus::logger();
   auto optimizer = make_optimizer(flags, model->parameters());
-  const auto options = torchbus::TrainerOptions()
-                           .max_epochs(flags.epochs)
-                           .max_steps(flags.max_steps)
-                           .accumulate_grad_batches(flags.accumulate)
-                           .val_every_n_epochs(flags.val_every)
-                           .val_every_n_steps(flags.val_every_steps)
-                           .seed(flags.seed)
-                           .precision(torchbus::parse_precision(flags.precision))
-                           .channels_last(flags.channels_last)
-                           .run_identity(identity);
+  const auto options =
+      torchbus::TrainerOptions()
+          .max_epochs(flags.epochs)
+          .max_steps(flags.max_steps)
+          .accumulate_grad_batches(flags.accumulate)
+          .accumulation_schedule(flags.accumulate_schedule.empty()
+                                     ? torchbus::AccumulationSchedule()
+                                     : *parse_accumulation_schedule(flags.accumulate_schedule))
+          .limit_train_batches(flags.limit_train_batches.empty()
+                                   ? torchbus::BatchLimit::all()
+                                   : *parse_batch_limit(flags.limit_train_batches))
+          .limit_val_batches(flags.limit_val_batches.empty()
+                                 ? torchbus::BatchLimit::all()
+                                 : *parse_batch_limit(flags.limit_val_batches))
+          .fast_dev_run(flags.fast_dev_run)
+          .num_sanity_val_steps(flags.sanity_val_steps)
+          .val_every_n_epochs(flags.val_every)
+          .val_every_n_steps(flags.val_every_steps)
+          .seed(flags.seed)
+          .precision(torchbus::parse_precision(flags.precision))
+          .channels_last(flags.channels_last)
+          .run_identity(identity);
   torchbus::Trainer trainer(
       model, *optimizer,
       [](const at::Tensor& output, const at::Tensor& target) {
@@ -696,7 +856,7 @@ int run(Flags flags) {
                                             flags.batch_size, /*shuffle=*/false, flags.seed,
                                             {group->rank(), world_size, /*equal_sizes=*/false});
   trainer.add(std::make_shared<train::Accuracy>());
-  add_steering_callbacks(trainer, flags, train_batches.batches_per_epoch());
+  add_steering_callbacks(trainer, flags, options, train_batches.batches_per_epoch());
   const auto outputs =
       torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
                                                    .run_dir(out.string())
@@ -748,6 +908,12 @@ int run(Flags flags) {
               latest_or_nan(s.metrics, "val_accuracy"));
   });
 
+  if (flags.fast_dev_run > 0) {
+    log->info(
+        "--fast-dev-run: one epoch of {0} training and {0} validation batches, nothing "
+        "written",
+        flags.fast_dev_run);
+  }
   log->info("training: {} epochs of {} batches of {}{}, accumulate {}, {} lr {}, precision {}",
             flags.epochs, train_batches.batches_per_epoch(), flags.batch_size,
             world_size > 1 ? fmt::format(" on each of {} ranks", world_size) : std::string(),

@@ -5,6 +5,7 @@
 #include <torchbus/batch_source.hpp>
 
 #include <cstdint>
+#include <optional>
 
 namespace train {
 
@@ -29,6 +30,8 @@ class ShuffledBatches final : public torchbus::BatchSource {
   void start_epoch(std::int64_t epoch) override;
   bool next(torchbus::Batch& batch) override;
   std::int64_t skip(std::int64_t count) override;
+  /// Batches per epoch of this rank (a --limit-*-batches fraction is taken of them).
+  std::optional<std::int64_t> size() const override { return batches_per_epoch(); }
   /// Batches per epoch of this rank.
   std::int64_t batches_per_epoch() const noexcept;
   /// Rows per epoch of this rank.

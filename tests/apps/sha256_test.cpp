@@ -3,7 +3,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <support/scratch.hpp>
-#include <train/sha256.hpp>
+#include <torchbus-train/sha256.hpp>
 
 #include <algorithm>
 #include <array>

@@ -377,6 +377,20 @@ BOOST_AUTO_TEST_CASE(start_up_refusals_end_every_rank_with_the_same_code) {
     BOOST_TEST(has(ended.output, "the validation split has 1 sample(s) for 2 ranks"));
   }
   BOOST_TEST(!fs::exists(tiny));
+
+  // --find-lr sweeps in one process: under mpirun every rank refuses it as a usage error.
+  const auto sweep = work.path / "sweep";
+  const auto refused =
+      run(mpirun_command(with_out(sweep, {"--find-lr"}), torchbus::testing::free_port()),
+          work.path / "sweep.log");
+  BOOST_TEST(refused.status == 2, refused.output);
+  BOOST_TEST(has(refused.output,
+                 "torchbus-train: --find-lr runs the learning-rate range test in "
+                 "one process"),
+             refused.output);
+  BOOST_TEST(has(refused.output, "rank 1 stops: rank 0 ended its start-up with exit code 2"),
+             refused.output);
+  BOOST_TEST(!fs::exists(sweep));
 }
 
 // A run is live in OUT: another launch into OUT is refused, naming the process holding it; then

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -179,6 +180,14 @@ BOOST_AUTO_TEST_CASE(output_switches_and_the_profiler) {
   BOOST_TEST(!fs::exists(without / "report.html"));
 }
 
+// --threads sizes OpenBLAS's own pool too (Debian's LibTorch calls OpenBLAS through libblas.so.3).
+BOOST_AUTO_TEST_CASE(threads_flag_sizes_openblas_too) {
+  const auto out = scratch("train_test", "threads");
+  const auto result = run_train("--epochs 1 --max-steps 5 --threads 1 --out " + out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(has(result.output, "threads: 1 intra-op, as many for OpenBLAS 0."), result.output);
+}
+
 BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
   const auto first = scratch("train_test", "seed_a"), second = scratch("train_test", "seed_b");
   BOOST_TEST_REQUIRE(
@@ -241,10 +250,10 @@ BOOST_AUTO_TEST_CASE(a_run_of_an_earlier_torchbus_train_resumes_with_the_same_pa
   BOOST_TEST(json_string(summary, "params_sha256") == json_string(before, "params_sha256"));
 }
 
-// --precision bf16-mixed learns as float32 does (validation accuracy within 1 point, on the
-// synthetic data with the MLP and on a tiny IDX set with the CNN), says so in the summary, the
-// identity and the log, and a bf16 run interrupted and resumed ends bitwise as an uninterrupted
-// one. 16-mixed needs CUDA: a usage error here.
+// --precision bf16-mixed learns as float32 does (validation accuracy within 1 point on the
+// synthetic data with the MLP, within one of 10 validation samples on a tiny IDX set with the CNN),
+// says so in the summary, the identity and the log, and a bf16 run interrupted and resumed ends
+// bitwise as an uninterrupted one. 16-mixed needs CUDA: a usage error here.
 BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
   const auto mnist = make_mnist("mnist_bf16");
   double mnist_bf16_accuracy = 0.0;
@@ -268,7 +277,10 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
       BOOST_TEST(parameters["32"] != parameters["bf16-mixed"]);  // the forward ran in bfloat16
       BOOST_TEST_MESSAGE(data << ": val accuracy float32 " << accuracy["32"] << ", bf16-mixed "
                               << accuracy["bf16-mixed"]);
-      BOOST_TEST(std::abs(accuracy["bf16-mixed"] - accuracy["32"]) <= 0.01);
+      // The tiny IDX set validates on 10 samples: one sample (0.1) is the finest difference it
+      // can show, and compilers' float32 rounding may flip one (Clang 14 against GCC 12).
+      const double tolerance = data == "synthetic" ? 0.01 : 0.1 + 1e-9;
+      BOOST_TEST(std::abs(accuracy["bf16-mixed"] - accuracy["32"]) <= tolerance);
       mnist_bf16_accuracy = accuracy["bf16-mixed"];  // the last data source is the IDX set
     }
   }
@@ -642,6 +654,178 @@ BOOST_AUTO_TEST_CASE(a_full_disk_mid_epoch_exits_1_and_logs_no_epoch_summary_of_
   BOOST_TEST(!has(result.output, "--help"));
   BOOST_TEST(!fs::exists(out / "summary.json"));
   BOOST_TEST(!has(read_text(out / "train.log"), "epoch 1 ended"));
+}
+
+// --fast-dev-run: one epoch of N batches of training and of validation, whatever the other flags
+// say, and nothing written: not even OUT, and a directory holding a run is left as it is.
+BOOST_AUTO_TEST_CASE(fast_dev_run_checks_the_loop_in_seconds_and_writes_nothing) {
+  const auto fresh = torchbus::testing::scratch_path("train_test", "fast_dev_fresh");
+  const auto started = std::chrono::steady_clock::now();
+  const auto result = run_train(
+      "--fast-dev-run --epochs 50 --no-progress --early-stopping 1 --out " + fresh.string());
+  const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - started;
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(seconds.count() < 30.0);
+  BOOST_TEST(!fs::exists(fresh), fresh.string() << " was created");
+  BOOST_TEST(has(result.output, "epoch 1 ended"));
+  BOOST_TEST(!has(result.output, "epoch 2 ended"));
+  BOOST_TEST(has(result.output, "done in"));
+
+  const auto taken = scratch("train_test", "fast_dev_taken");
+  std::ofstream(taken / "train.log") << "an earlier run\n";
+  const auto again = run_train("--fast-dev-run 3 --no-progress --out " + taken.string());
+  BOOST_TEST_REQUIRE(again.status == 0, again.output);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::recursive_directory_iterator(taken)) {
+    names.push_back(entry.path().filename().string());
+  }
+  BOOST_TEST(names == std::vector<std::string>{"train.log"}, boost::test_tools::per_element());
+  BOOST_TEST(read_text(taken / "train.log") == "an earlier run\n");
+  for (const auto* arguments : {"--fast-dev-run --resume", "--fast-dev-run 2 --find-lr"}) {
+    const auto refused = run_train(std::string(arguments) + " --out " + taken.string());
+    BOOST_TEST(refused.status == 2, arguments << ": " << refused.output);
+    BOOST_TEST(has(refused.output, "--fast-dev-run checks the loop from a fresh start"));
+  }
+}
+
+// --limit-train-batches (a count or a fraction) and --accumulate-schedule decide the steps made,
+// and enter the run's identity.
+BOOST_AUTO_TEST_CASE(limits_and_an_accumulation_schedule_give_the_expected_steps) {
+  const std::string common = " --epochs 2 --batch-size 256 --no-progress --out ";  // 32 batches
+  const auto counted = scratch("train_test", "limit_count");
+  const auto count = run_train("--limit-train-batches 10 --accumulate 3 --limit-val-batches 1" +
+                               common + counted.string());
+  BOOST_TEST_REQUIRE(count.status == 0, count.output);
+  const auto summary = read_text(counted / "summary.json");
+  BOOST_TEST(json_number(summary, "steps") == 8);  // 2 epochs of windows 3, 3, 3, 1
+  BOOST_TEST(has(json_string(summary, "identity"), "limit_train_batches=10\n"));
+  BOOST_TEST(has(json_string(summary, "identity"), "limit_val_batches=1\n"));
+  BOOST_TEST(has(read_text(counted / "report.html"), "limit_train_batches"));
+
+  const auto fraction = scratch("train_test", "limit_fraction");
+  BOOST_TEST_REQUIRE(run_train("--limit-train-batches 0.25" + common + fraction.string()).status ==
+                     0);
+  BOOST_TEST(json_number(read_text(fraction / "summary.json"), "steps") == 16);  // 2 * 8
+
+  const auto scheduled = scratch("train_test", "accumulate_schedule");
+  const auto schedule = run_train(
+      "--accumulate-schedule 0:1,1:2,2:4 --epochs 3 --batch-size 256 --no-progress "
+      "--out " +
+      scheduled.string());
+  BOOST_TEST_REQUIRE(schedule.status == 0, schedule.output);
+  const auto scheduled_summary = read_text(scheduled / "summary.json");
+  BOOST_TEST(json_number(scheduled_summary, "steps") == 32 + 16 + 8);
+  BOOST_TEST(has(json_string(scheduled_summary, "identity"), "accumulate_schedule=0:1,1:2,2:4\n"));
+  // Without the new flags the identity is the one earlier releases wrote.
+  BOOST_TEST(!has(json_string(read_text(fraction / "summary.json"), "identity"),
+                  "accumulate_"
+                  "schedule"));
+}
+
+BOOST_AUTO_TEST_CASE(bad_quick_run_values_are_usage_errors_naming_the_flag) {
+  const auto out = scratch("train_test", "bad_quick_values").string();
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--limit-train-batches 0", "expected a count of batches >= 1"},
+      {"--limit-train-batches 1.5", "or a fraction in (0, 1] with a decimal point"},
+      {"--limit-train-batches abc", "got 'abc'"},
+      {"--limit-val-batches 0.0", "--limit-val-batches"},
+      {"--fast-dev-run 0", "--fast-dev-run"},
+      {"--sanity-val-steps -1", "--sanity-val-steps"},
+      {"--accumulate-schedule 0:0", "expected EPOCH:K,... with epochs >= 0"},
+      {"--accumulate-schedule 1:2,1:3", "--accumulate-schedule"},
+      {"--accumulate-schedule 2", "--accumulate-schedule"}};
+  for (const auto& [arguments, message] : cases) {
+    const auto result = run_train(arguments + " --out " + out);
+    BOOST_TEST(result.status == 2, arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, message), arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, arguments.substr(0, arguments.find(' '))), result.output);
+  }
+  const auto limit = run_train("--limit-train-batches 0 --out " + out);
+  BOOST_TEST(has(limit.output, "--limit-train-batches"));
+  BOOST_TEST(!fs::exists(fs::path(out) / "train.log"));
+  const auto help = run_train("--help");
+  for (const auto* flag : {"--fast-dev-run", "--limit-train-batches", "--limit-val-batches",
+                           "--sanity-val-steps", "--accumulate-schedule"}) {
+    BOOST_TEST(has(help.output, flag), flag);
+  }
+}
+
+namespace {
+/// metrics.csv without its wall_time column (the fourth).
+std::string csv_without_wall_time(const fs::path& file) {
+  std::istringstream in(read_text(file));
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cells_in(line);
+    for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell);
+    if (cells.size() > 3) cells.erase(cells.begin() + 3);
+    for (const auto& cell : cells) out += cell + ",";
+    out += "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> file_names(const fs::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(directory)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+}  // namespace
+
+// The sanity validation (on by default: 2 batches) leaves no trace: with the default callbacks,
+// early stopping and a plateau schedule, a run writes what a run without it writes.
+BOOST_AUTO_TEST_CASE(the_sanity_validation_changes_no_output) {
+  const std::string common =
+      " --epochs 4 --batch-size 256 --early-stopping 1 --scheduler plateau --no-progress --out ";
+  const auto with = scratch("train_test", "sanity_on");
+  const auto without = scratch("train_test", "sanity_off");
+  const auto on = run_train("--sanity-val-steps 3" + common + with.string());
+  BOOST_TEST_REQUIRE(on.status == 0, on.output);
+  const auto off = run_train("--sanity-val-steps 0" + common + without.string());
+  BOOST_TEST_REQUIRE(off.status == 0, off.output);
+  BOOST_TEST(csv_without_wall_time(with / "metrics.csv") ==
+             csv_without_wall_time(without / "metrics.csv"));
+  BOOST_TEST(file_names(with / "checkpoints") == file_names(without / "checkpoints"),
+             boost::test_tools::per_element());
+  const auto a = read_text(with / "summary.json"), b = read_text(without / "summary.json");
+  for (const auto* key : {"params_sha256", "stop_reason", "identity"}) {
+    BOOST_TEST(json_string(a, key) == json_string(b, key), key);
+  }
+  BOOST_TEST(json_number(a, "steps") == json_number(b, "steps"));
+  const auto tensorboard = torchbus::testing::event_files(with / "tensorboard");
+  BOOST_TEST_REQUIRE(tensorboard.size() == 1u);
+  const auto events = torchbus::testing::read_events(tensorboard.front());
+  BOOST_TEST(torchbus::testing::scalars_of(events, "metrics/val_loss").size() ==
+             static_cast<std::size_t>(json_number(a, "epochs")));
+}
+
+// --accumulate-schedule: k = 1 in epoch 0, 2 from epoch 1 on; a SIGKILL in the middle of epoch 1
+// (k = 2) and --resume end with the parameters of an uninterrupted run.
+BOOST_AUTO_TEST_CASE(an_accumulation_schedule_run_killed_mid_epoch_resumes_bitwise) {
+  const std::string flags = " --epochs 2 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  const std::string schedule = " --accumulate-schedule 0:1,1:2";
+  const auto reference = scratch("train_test", "schedule_reference");
+  const auto result = run_train(flags + reference.string() + schedule);
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto expected = read_text(reference / "summary.json");
+  BOOST_TEST(json_number(expected, "steps") == 128 + 64);  // 128 batches per epoch
+
+  const auto out = scratch("train_test", "schedule_killed");
+  const std::vector<std::string> arguments{
+      "--epochs",    "2", "--checkpoint-every",    "20",      "--no-progress",
+      "--log-every", "5", "--accumulate-schedule", "0:1,1:2", "--out",
+      out.string()};
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 165 ", SIGKILL) ==
+             kKilledBy + SIGKILL);
+  const auto resumed = run_train(flags + out.string() + schedule + " --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"));
+  BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
+             json_string(expected, "params_sha256"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

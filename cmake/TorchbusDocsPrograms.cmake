@@ -1,0 +1,93 @@
+# Complete programs in the Markdown docs: a ```cpp fenced block whose first line is
+# "// Complete program: <name>.cpp" (optional second line "// Expected output: <regex>").
+
+# Extracts every complete program of the Markdown files DOCS into OUTPUT_DIR/<name>.cpp (rewritten
+# only when it changed, with a #line directive so that compiler messages point into the Markdown
+# file) and sets <OUT_NAMES> to the programs' names and docs_program_expect_<name> to each one's
+# expected output (empty when there is none), in the caller's scope. A name used twice, a name
+# that is not a C++ identifier or an unclosed block is a configure error naming the files. Changing
+# one of the files re-runs the configuration.
+function(torchbus_extract_docs_programs OUT_NAMES)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "DOCS" ${ARGN})
+  set(fence "```cpp\n")
+  set(header "// Complete program: ")
+  set(expect_header "// Expected output: ")
+  set(names)
+  set(written)
+  file(MAKE_DIRECTORY "${ARG_OUTPUT_DIR}")
+  foreach(doc IN LISTS ARG_DOCS)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${doc}")
+    file(RELATIVE_PATH doc_name "${PROJECT_SOURCE_DIR}" "${doc}")
+    file(READ "${doc}" rest)
+    set(line 1)  # the line of the Markdown file at which `rest` begins
+    while(TRUE)
+      string(FIND "${rest}" "${fence}${header}" at)
+      if(at EQUAL -1)
+        break()
+      endif()
+      string(SUBSTRING "${rest}" 0 ${at} before)
+      string(REGEX REPLACE "[^\n]" "" newlines "${before}")
+      string(LENGTH "${newlines}" count)
+      math(EXPR first_line "${line} + ${count} + 1")  # the block's first line, after the fence
+      string(LENGTH "${fence}" fence_length)
+      math(EXPR begin "${at} + ${fence_length}")
+      string(SUBSTRING "${rest}" ${begin} -1 rest)
+      string(FIND "${rest}" "\n```" end)
+      if(end EQUAL -1)
+        message(FATAL_ERROR "${doc_name}:${first_line}: complete program without a closing ```")
+      endif()
+      math(EXPR program_length "${end} + 1")
+      string(SUBSTRING "${rest}" 0 ${program_length} program)
+      math(EXPR after "${end} + 4")
+      string(SUBSTRING "${rest}" ${after} -1 rest)
+      string(REGEX REPLACE "[^\n]" "" newlines "${program}")
+      string(LENGTH "${newlines}" count)
+      math(EXPR line "${first_line} + ${count}")
+
+      string(FIND "${program}" "\n" first_end)
+      string(SUBSTRING "${program}" 0 ${first_end} first)
+      if(NOT first MATCHES "^// Complete program: ([A-Za-z_][A-Za-z0-9_]*)\\.cpp[ \t]*$")
+        message(FATAL_ERROR "${doc_name}:${first_line}: '${first}' does not name the program as "
+                            "<identifier>.cpp")
+      endif()
+      set(name "${CMAKE_MATCH_1}")
+      if(DEFINED place_of_${name})
+        message(FATAL_ERROR "two complete programs named ${name}.cpp: ${place_of_${name}} and "
+                            "${doc_name}:${first_line}")
+      endif()
+      set(place_of_${name} "${doc_name}:${first_line}")
+
+      math(EXPR second_begin "${first_end} + 1")
+      string(SUBSTRING "${program}" ${second_begin} -1 second)
+      string(FIND "${second}" "\n" second_end)
+      string(SUBSTRING "${second}" 0 ${second_end} second)
+      set(expect "")
+      string(FIND "${second}" "${expect_header}" expect_at)
+      if(expect_at EQUAL 0)
+        string(LENGTH "${expect_header}" expect_header_length)
+        string(SUBSTRING "${second}" ${expect_header_length} -1 expect)
+      endif()
+      set(docs_program_expect_${name} "${expect}" PARENT_SCOPE)
+
+      set(source "${ARG_OUTPUT_DIR}/${name}.cpp")
+      set(content "#line ${first_line} \"${doc}\"\n${program}")
+      set(old "")
+      if(EXISTS "${source}")
+        file(READ "${source}" old)
+      endif()
+      if(NOT "${old}" STREQUAL "${content}")
+        file(WRITE "${source}" "${content}")
+      endif()
+      list(APPEND names ${name})
+      list(APPEND written "${source}")
+    endwhile()
+  endforeach()
+  # Programs removed from the docs leave no stale source behind.
+  file(GLOB existing "${ARG_OUTPUT_DIR}/*.cpp")
+  foreach(source IN LISTS existing)
+    if(NOT source IN_LIST written)
+      file(REMOVE "${source}")
+    endif()
+  endforeach()
+  set(${OUT_NAMES} ${names} PARENT_SCOPE)
+endfunction()

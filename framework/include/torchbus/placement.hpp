@@ -1,0 +1,76 @@
+#pragma once
+
+/// \file
+/// Placement: where a subscription runs among the subscribers of its event: after or before named
+/// subscribers, then by priority, then in registration order. E.g.
+/// `bus.on(Event::StepEnd, fn, torchbus::after("EarlyStopping").named("my_logger"))`.
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace torchbus {
+
+/// Ordering of a subscription: an optional name others can refer to, the names it must run after
+/// or before, and a priority (lower first) that breaks the remaining ties.
+class Placement {
+ public:
+  /// Priority 0, no name, no constraint.
+  Placement() = default;
+  /// Priority `priority`, so that `bus.on(event, slot, 5)` reads as before.
+  Placement(int priority) : priority_(priority) {}  // NOLINT: implicit on purpose
+
+  /// Names the subscription, so that other subscriptions can be placed after or before it.
+  Placement& named(std::string name) {
+    name_ = std::move(name);
+    return *this;
+  }
+  /// Runs after the subscriber called `name` (where both subscribe to the event).
+  Placement& after(std::string_view name) {
+    after_.emplace_back(name);
+    return *this;
+  }
+  /// Runs before the subscriber called `name` (where both subscribe to the event).
+  Placement& before(std::string_view name) {
+    before_.emplace_back(name);
+    return *this;
+  }
+  /// Sets the priority (lower runs first among subscribers that no constraint orders).
+  Placement& with_priority(int priority) noexcept {
+    priority_ = priority;
+    return *this;
+  }
+
+  /// The priority.
+  int priority() const noexcept { return priority_; }
+  /// The subscription's name, empty when it has none.
+  const std::string& name() const noexcept { return name_; }
+  /// Names this subscription runs after.
+  const std::vector<std::string>& after_names() const noexcept { return after_; }
+  /// Names this subscription runs before.
+  const std::vector<std::string>& before_names() const noexcept { return before_; }
+  /// Whether it declares any `after` or `before`.
+  bool constrained() const noexcept { return !after_.empty() || !before_.empty(); }
+
+ private:
+  int priority_ = 0;
+  std::string name_;
+  std::vector<std::string> after_;
+  std::vector<std::string> before_;
+};
+
+/// A placement after the subscriber called `name` (a callback's or a named subscription's name).
+inline Placement after(std::string_view name) {
+  return Placement().after(name);
+}
+/// A placement before the subscriber called `name`.
+inline Placement before(std::string_view name) {
+  return Placement().before(name);
+}
+/// A placement that only names the subscription.
+inline Placement named(std::string name) {
+  return Placement().named(std::move(name));
+}
+
+}  // namespace torchbus

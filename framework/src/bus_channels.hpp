@@ -1,0 +1,117 @@
+#pragma once
+
+/// \file
+/// The state behind an EventBus (private to torchbus_framework): one Signals2 signal per channel
+/// (built-in events first, then custom events), the subscribers by id, the callback registry.
+
+#include <boost/signals2/dummy_mutex.hpp>
+#include <boost/signals2/signal_type.hpp>
+#include <torchbus/bus.hpp>
+#include <torchbus/control.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torchbus::detail {
+
+/// Logs the exception being handled as thrown by a subscriber during `during`.
+void log_guarded_error(std::string_view during);
+
+/// Signals2 combiner. Runs the slots in order; StopTraining/CancelEpoch/CancelBatch end only the
+/// slot that threw and are rethrown after the others ran; in guarded mode every error is logged
+/// instead.
+struct Dispatch {
+  using result_type = void;
+  const bool* guarded = nullptr;
+
+  template <typename Iterator>
+  void operator()(Iterator first, Iterator last) const {
+    std::exception_ptr control;
+    for (; first != last; ++first) {
+      try {
+        static_cast<void>(*first);
+      } catch (const StopTraining&) {
+        if (!control) control = std::current_exception();
+      } catch (const CancelEpoch&) {
+        if (!control) control = std::current_exception();
+      } catch (const CancelBatch&) {
+        if (!control) control = std::current_exception();
+      } catch (...) {
+        if (!*guarded) throw;
+        log_guarded_error("a guarded emission");
+      }
+    }
+    if (control && !*guarded) std::rethrow_exception(control);
+  }
+};
+
+using Signal = boost::signals2::signal_type<
+    void(State&), boost::signals2::keywords::combiner_type<Dispatch>,
+    boost::signals2::keywords::group_type<int>,
+    boost::signals2::keywords::mutex_type<boost::signals2::dummy_mutex>>::type;
+
+/// A subscriber's presence on one channel.
+struct ChannelSlot {
+  std::size_t channel = 0;
+  Signal::slot_function_type function;  // connected again when the channel is reordered
+  boost::signals2::connection connection;
+  std::unique_ptr<Filter> filter;  // this channel's copy, null when it lets everything through
+};
+
+/// A subscription or a class callback, by SubscriberId.
+struct Subscriber {
+  std::string name;  // the callback's or the subscription's name; empty for an unnamed one
+  const Callback* callback = nullptr;  // the class callback, while it is connected
+  int priority = 0;
+  std::vector<std::string> after;
+  std::vector<std::string> before;
+  std::vector<ChannelSlot> slots;
+  bool connected = true;
+
+  bool constrained() const noexcept { return !after.empty() || !before.empty(); }
+};
+
+/// One event's signal and who is on it.
+struct Channel {
+  std::unique_ptr<Signal> signal;
+  std::vector<SubscriberId> members;  // connected subscribers, in registration order
+  bool constrained = false;           // a member declared after/before: order by resolve_order
+  bool dirty = false;                 // constrained and changed since the last reordering
+  std::uint32_t emitting = 0;         // emissions of this channel in progress
+};
+
+struct Channels {
+  bool guarded = false;
+  DispatchObserver* observer = nullptr;
+  std::uint32_t depth = 0;  // observed subscriber calls in progress
+  LiveCounts live;
+  std::vector<std::unique_ptr<Channel>> channels;  // built-in events first, then custom events
+  std::vector<std::string> custom_names;
+  std::vector<std::unique_ptr<Subscriber>> subscribers;  // by SubscriberId
+  std::vector<std::shared_ptr<Callback>> callbacks;      // the registry, in order of addition
+  std::vector<Subscription> pending_registered;  // registered, waiting for their custom event
+
+  /// Name of a channel ("StepEnd", or the custom event's name).
+  std::string_view channel_name(std::size_t channel) const;
+  /// A subscriber's name, or "subscriber #<id>".
+  std::string short_label(SubscriberId id) const;
+  /// The connected subscriber called `name`, or nullptr.
+  const Subscriber* find_named(std::string_view name) const noexcept;
+  /// Disconnects subscriber `id` from every channel and removes a callback from the registry.
+  void disconnect(SubscriberId id);
+  /// Reconnects the slots of `channel` in their resolved order (not while it is emitted).
+  void reorder(std::size_t channel);
+};
+
+/// The members of `channel` in the order they run: a stable topological order of their
+/// after/before constraints (constraints naming a non-member impose nothing), ties broken by
+/// priority, then registration order. Throws ConfigError naming the members of a cycle.
+std::vector<SubscriberId> resolve_order(const Channels& channels, std::size_t channel);
+
+/// Throws ConfigError when a constraint names no connected subscriber (naming who declared it).
+void check_constraint_names(const Channels& channels);
+
+}  // namespace torchbus::detail

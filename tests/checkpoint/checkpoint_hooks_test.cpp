@@ -1,0 +1,149 @@
+// Callback::on_save_checkpoint and on_load_checkpoint: when the trainer calls them and what they
+// are told.
+
+#include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
+#include <support/scratch.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Appends "<name>: <what>" to a log shared by several recorders, for each checkpoint hook
+/// ("<hook> <file name> step=<s> epoch=<e> batch=<b>") and where its state goes in and out.
+class HookRecorder : public Callback {
+ public:
+  using Log = std::shared_ptr<std::vector<std::string>>;
+  explicit HookRecorder(std::string name, Log log = std::make_shared<std::vector<std::string>>())
+      : Callback(std::move(name)), log(std::move(log)) {}
+  Log log;
+
+  void on_save_checkpoint(const Checkpoint& checkpoint) override {
+    record(describe("on_save_checkpoint", checkpoint));
+  }
+  void on_load_checkpoint(const Checkpoint& checkpoint) override {
+    record(describe("on_load_checkpoint", checkpoint));
+  }
+  void save_state(torch::serialize::OutputArchive& /*archive*/) const override {
+    record("save_state");
+  }
+  void load_state(torch::serialize::InputArchive& /*archive*/) override { record("load_state"); }
+
+ private:
+  void record(const std::string& what) const { log->push_back(name() + ": " + what); }
+  static std::string describe(const char* hook, const Checkpoint& checkpoint) {
+    return std::string(hook) + " " + checkpoint.path.filename().string() +
+           " step=" + std::to_string(checkpoint.step) +
+           " epoch=" + std::to_string(checkpoint.epoch) +
+           " batch=" + std::to_string(checkpoint.batch_in_epoch);
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_hooks)
+
+BOOST_AUTO_TEST_CASE(saving_calls_every_hook_before_any_state_is_written) {
+  const TempDir dir("checkpoint_hooks");
+  Run run(TrainerOptions().max_epochs(2));
+  auto a = std::make_shared<HookRecorder>("a");
+  run.trainer.add(a);
+  run.trainer.add(std::make_shared<HookRecorder>("b", a->log));
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.epoch == 0 && s.step == 2) run.trainer.save_checkpoint(dir.path / "mid.tbckpt");
+  });
+  run.trainer.on(Event::EpochEnd, [&](State& s) {
+    if (s.epoch == 0) run.trainer.save_checkpoint(dir.path / "end.tbckpt");
+  });
+  auto data = make_batches(3, 4);
+  run.trainer.fit(data);
+  // Mid-epoch: this epoch at its batch; at EpochEnd: the next epoch from its start.
+  BOOST_TEST(
+      *a->log == (std::vector<std::string>{
+                     "a: on_save_checkpoint mid.tbckpt step=2 epoch=0 batch=2",
+                     "b: on_save_checkpoint mid.tbckpt step=2 epoch=0 batch=2", "a: save_state",
+                     "b: save_state", "a: on_save_checkpoint end.tbckpt step=3 epoch=1 batch=0",
+                     "b: on_save_checkpoint end.tbckpt step=3 epoch=1 batch=0", "a: save_state",
+                     "b: save_state"}),
+      boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_bytes_passes_the_destination_it_is_given) {
+  Run run;
+  auto recorder = std::make_shared<HookRecorder>("r");
+  run.trainer.add(recorder);
+  run.trainer.checkpoint_bytes("elsewhere/b.tbckpt");
+  run.trainer.checkpoint_bytes();
+  BOOST_TEST(*recorder->log ==
+                 (std::vector<std::string>{
+                     "r: on_save_checkpoint b.tbckpt step=0 epoch=0 batch=0", "r: save_state",
+                     "r: on_save_checkpoint  step=0 epoch=0 batch=0", "r: save_state"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(loading_calls_every_hook_after_every_state_is_restored) {
+  const TempDir dir("checkpoint_hooks");
+  const auto file = dir.path / "c.tbckpt";
+  {
+    Run first(TrainerOptions().max_epochs(1));
+    auto a = std::make_shared<HookRecorder>("a");
+    first.trainer.add(a);
+    first.trainer.add(std::make_shared<HookRecorder>("b", a->log));
+    first.trainer.on(Event::StepEnd, [&](State& s) {
+      if (s.step == 2) first.trainer.save_checkpoint(file);
+    });
+    auto data = make_batches(3, 4);
+    first.trainer.fit(data);
+  }
+  Run second;
+  auto a = std::make_shared<HookRecorder>("a");
+  second.trainer.add(a);
+  second.trainer.add(std::make_shared<HookRecorder>("b", a->log));
+  second.trainer.load_checkpoint(file);
+  BOOST_TEST(*a->log == (std::vector<std::string>{
+                            "a: load_state", "b: load_state",
+                            "a: on_load_checkpoint c.tbckpt step=2 epoch=0 batch=2",
+                            "b: on_load_checkpoint c.tbckpt step=2 epoch=0 batch=2"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_resume_tells_the_file_it_chose) {
+  const TempDir dir("checkpoint_hooks");
+  auto data = make_batches(3, 4);
+  {
+    Run first(TrainerOptions().max_epochs(1));
+    first.trainer.on(Event::StepEnd, [&](State& s) {
+      first.trainer.save_checkpoint(dir.path / ("step-" + std::to_string(s.step) + ".tbckpt"));
+    });
+    first.trainer.fit(data);
+  }
+  Run second(TrainerOptions().max_epochs(1));
+  auto recorder = std::make_shared<HookRecorder>("r");
+  second.trainer.add(recorder);
+  second.trainer.resume_from(dir.path);
+  second.trainer.fit(data);
+  // The checkpoint holds no state of "r" (the first run had no such callback): only the hook.
+  BOOST_TEST(*recorder->log == (std::vector<std::string>{
+                                   "r: on_load_checkpoint step-3.tbckpt step=3 epoch=0 batch=3"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_callback_of_another_rank_is_not_called) {
+  Run run;
+  auto elsewhere = std::make_shared<HookRecorder>("r");
+  elsewhere->run_on_rank(1);
+  run.trainer.add(elsewhere);
+  run.trainer.checkpoint_bytes("x.tbckpt");
+  // Its state is still saved, as every callback's.
+  BOOST_TEST(*elsewhere->log == (std::vector<std::string>{"r: save_state"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
