@@ -5,7 +5,9 @@
 
 namespace train {
 
-Accuracy::Accuracy() : Callback("accuracy", -100) {}
+Accuracy::Accuracy() : Callback("accuracy") {
+  set_role(torchbus::Role::Metrics);
+}
 
 void Accuracy::Tally::reset() {
   correct.reset();

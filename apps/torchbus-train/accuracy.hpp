@@ -11,7 +11,7 @@ namespace train {
 /// samples of every rank when the trainer has a process group (one all-reduce each).
 class Accuracy : public torchbus::Callback {
  public:
-  /// Runs before loggers (priority -100).
+  /// A metric producer (Role::Metrics): runs before monitors, schedulers and loggers.
   Accuracy();
   void on_epoch_start(torchbus::State& state) override;
   void on_batch_end(torchbus::State& state) override;

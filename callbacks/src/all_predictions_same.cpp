@@ -12,7 +12,8 @@
 namespace torchbus {
 
 AllPredictionsSame::AllPredictionsSame(AllPredictionsSameOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Monitor);
   TORCHBUS_CHECK(!options_.output().empty(), ConfigError,
                  "AllPredictionsSame: the output tensor name must not be empty");
 }

@@ -29,9 +29,8 @@ void ClassificationMetricsOptions::validate() const {
 }
 
 ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions options)
-    : Callback(options.name(), kDefaultPriority),
-      options_(std::move(options)),
-      classes_(options_.num_classes()) {
+    : Callback(options.name()), options_(std::move(options)), classes_(options_.num_classes()) {
+  set_role(Role::Metrics);
   options_.validate();
 }
 

@@ -131,7 +131,8 @@ void CsvLoggerOptions::validate() const {
 }
 
 CsvLogger::CsvLogger(CsvLoggerOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Logger).after(Role::Metrics);
   out_.rows = std::make_unique<detail::CsvRows>();
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process

@@ -5,7 +5,6 @@
 #include <torch/serialize/archive.h>
 #include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
-#include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
@@ -45,9 +44,10 @@ void EarlyStoppingOptions::validate() const {
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
-    : Callback(options.name(), kDefaultPriority),
+    : Callback(options.name()),
       options_(std::move(options)),
       monitor_(options_.monitor(), options_.mode(), options_.min_delta()) {
+  set_role(Role::Monitor).after(Role::Metrics);
   options_.validate();
 }
 
@@ -55,7 +55,7 @@ void EarlyStopping::on_added(Trainer& trainer) {
   if (!options_.restore_best_weights()) return;
   restore_at_end_ = trainer.on(
       Event::ActionEnd, [this](State& state) { restore_best_weights(state); },
-      ModelCheckpoint::kAfterFinalSave);
+      detail::after_final_save(name(), "restore_best_weights"));
 }
 
 void EarlyStopping::on_eval_end(State& state) {
@@ -68,8 +68,8 @@ void EarlyStopping::on_epoch_end(State& state) {
 
 void EarlyStopping::check(State& state) {
   const auto& monitor = options_.monitor();
-  const MetricPoint* point = monitor_.poll(
-      state, options_.check_on(), "EarlyStopping: monitored metric", "EarlyStopping", priority());
+  const MetricPoint* point =
+      monitor_.poll(state, options_.check_on(), "EarlyStopping: monitored metric", name());
   if (point == nullptr) return;
 
   const double value = point->value;

@@ -4,7 +4,6 @@
 #include <torch/serialize/archive.h>
 #include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/ema.hpp>
-#include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
@@ -20,8 +19,8 @@ void EMAOptions::validate() const {
                  every_n_steps());
 }
 
-EMA::EMA(EMAOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+EMA::EMA(EMAOptions options) : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::WeightAveraging).before(Role::Metrics);
   options_.validate();
 }
 
@@ -29,7 +28,7 @@ void EMA::on_added(Trainer& trainer) {
   if (!options_.apply_at_end()) return;
   apply_at_end_ = trainer.on(
       Event::ActionEnd, [this](State& state) { apply_at_end(state); },
-      ModelCheckpoint::kAfterFinalSave);
+      detail::after_final_save(name(), "apply_at_end"));
 }
 
 void EMA::track(torch::nn::Module& model) {

@@ -23,7 +23,8 @@ void GradientStatsOptions::validate() const {
 }
 
 GradientStats::GradientStats(GradientStatsOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Metrics);
   options_.validate();
 }
 

@@ -136,11 +136,12 @@ void validate(const ReduceOnPlateauOptions& o) {
 
 LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
                                              LearningRateSchedulerOptions options)
-    : Callback(options.name(), kDefaultPriority),
+    : Callback(options.name()),
       kind_(Kind::Lambda),
       schedule_(std::move(schedule)),
       options_(std::move(options)),
       monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+  set_role(Role::Scheduler).after(Role::Metrics);
   TORCHBUS_CHECK(static_cast<bool>(schedule_), ConfigError,
                  "LearningRateScheduler needs a schedule (t, base_lr) -> lr, got an empty "
                  "function");
@@ -164,21 +165,23 @@ LearningRateScheduler::LearningRateScheduler(const StepDecayOptions& step_decay,
 
 LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
                                              LearningRateSchedulerOptions options)
-    : Callback(options.name(), kDefaultPriority),
+    : Callback(options.name()),
       kind_(Kind::Plateau),
       plateau_(std::move(plateau)),
       options_(std::move(options)),
       monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+  set_role(Role::Scheduler).after(Role::Metrics);
   validate(plateau_);
 }
 
 LearningRateScheduler::LearningRateScheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler,
                                              LearningRateSchedulerOptions options)
-    : Callback(options.name(), kDefaultPriority),
+    : Callback(options.name()),
       kind_(Kind::LibTorch),
       libtorch_(std::move(scheduler)),
       options_(std::move(options)),
       monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+  set_role(Role::Scheduler).after(Role::Metrics);
   TORCHBUS_CHECK(libtorch_ != nullptr, ConfigError,
                  "LearningRateScheduler needs a LibTorch scheduler (e.g. torch::optim::StepLR), "
                  "got a null pointer");
@@ -266,8 +269,7 @@ void LearningRateScheduler::check_plateau(State& state) {
   const auto& monitor = plateau_.monitor();
   const MetricPoint* point = monitor_.poll(
       state, plateau_.check_on(),
-      detail::concat("LearningRateScheduler '", name(), "': reduce-on-plateau metric"),
-      "the scheduler", priority());
+      detail::concat("LearningRateScheduler '", name(), "': reduce-on-plateau metric"), name());
   if (point == nullptr) return;
 
   capture(*state.optimizer);

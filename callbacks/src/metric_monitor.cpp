@@ -16,12 +16,13 @@ MetricMonitor::MetricMonitor(std::string monitor, Mode mode, double min_delta)
                               : -std::numeric_limits<double>::infinity()) {}
 
 const MetricPoint* MetricMonitor::poll(const State& state, Event check_on, std::string_view who,
-                                       std::string_view reader, int priority) {
+                                       std::string_view reader) {
   TORCHBUS_CHECK(state.metrics.contains(monitor_), ConfigError, who, " '", monitor_,
                  "' was not recorded by ", to_string(check_on), " (epoch ", state.epoch, ", step ",
                  state.step, "); metrics present: ", detail::join_or_none(state.metrics.names()),
-                 ". Expected one of them, or a metric recorded before ", reader, " runs (priority ",
-                 priority, ")");
+                 ". Expected one of them, or a metric recorded before '", reader,
+                 "' runs (by a subscriber of Role::Metrics, or one placed before(\"", reader,
+                 "\"))");
   const auto& series = state.metrics.series(monitor_);  // a host read if recorded as a tensor
   const auto count = static_cast<std::int64_t>(series.size());
   const auto& point = series.back();

@@ -28,7 +28,12 @@ void ModelCheckpointOptions::validate() const {
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Checkpoint)
+      .after(Role::Monitor)
+      .after(Role::Scheduler)
+      .after(Role::WeightAveraging)
+      .after(Role::Logger);
   options_.validate();
   run_on_rank(0);
   if (options_.background()) writer_ = std::make_unique<CheckpointWriter>();

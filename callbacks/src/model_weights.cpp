@@ -29,6 +29,10 @@ std::string weights_mismatch(const std::vector<at::Tensor>& kept,
   return "";
 }
 
+Placement after_final_save(const std::string& owner, std::string_view what) {
+  return torchbus::after(Role::Checkpoint).after(Role::Report).named(concat(owner, ":", what));
+}
+
 void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Tensor>& to) {
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < from.size(); ++i) to[i].detach().copy_(from[i]);

@@ -4,8 +4,10 @@
 // EarlyStopping's restore_best_weights). Private to the callbacks library.
 
 #include <ATen/core/Tensor.h>
+#include <torchbus/placement.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace torch::nn {
@@ -21,6 +23,11 @@ std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffer
 /// can; `kept_name` says what `kept` is, e.g. "the checkpoint's averages".
 std::string weights_mismatch(const std::vector<at::Tensor>& kept,
                              const std::vector<at::Tensor>& weights, const std::string& kept_name);
+
+/// Where a callback that changes the weights when fit() ends subscribes at ActionEnd: after every
+/// checkpoint and the report, so that the run's last checkpoint holds the weights a resume needs.
+/// Named "<owner>:<what>" for describe().
+Placement after_final_save(const std::string& owner, std::string_view what);
 
 /// Copies `from[i]` into `to[i]` without recording gradients (same counts and shapes).
 void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Tensor>& to);

@@ -63,7 +63,8 @@ void ProgressBarOptions::validate() const {
 }
 
 ProgressBar::ProgressBar(ProgressBarOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Logger).after(Role::Metrics);
   options_.validate();
   run_on_rank(0);
   mode_ = options_.mode();

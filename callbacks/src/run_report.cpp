@@ -273,7 +273,8 @@ void RunReportOptions::validate() const {
 // ---- configuration ------------------------------------------------------------------------------
 
 RunReport::RunReport(RunReportOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Report).after(Role::Checkpoint);
   options_.validate();
   run_on_rank(0);
 }

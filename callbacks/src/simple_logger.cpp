@@ -29,7 +29,8 @@ void SimpleLoggerOptions::validate() const {
 }
 
 SimpleLogger::SimpleLogger(SimpleLoggerOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Logger).after(Role::Metrics);
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);

@@ -6,7 +6,6 @@
 #include <torch/serialize/archive.h>
 #include <torchbus/archive_value.hpp>
 #include <torchbus/batch_source.hpp>
-#include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/swa.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -60,8 +59,8 @@ void SWAOptions::validate() const {
                  annealing_epochs());
 }
 
-SWA::SWA(SWAOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+SWA::SWA(SWAOptions options) : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::WeightAveraging).after(Role::Scheduler);
   options_.validate();
 }
 
@@ -109,7 +108,8 @@ int SWA::update_batch_norm(torch::nn::Module& model, const Forward& forward, Bat
 
 void SWA::on_added(Trainer& trainer) {
   finish_ = trainer.on(
-      Event::ActionEnd, [this](State& state) { finish(state); }, ModelCheckpoint::kAfterFinalSave);
+      Event::ActionEnd, [this](State& state) { finish(state); },
+      detail::after_final_save(name(), "finish"));
 }
 
 void SWA::on_action_start(State& state) {

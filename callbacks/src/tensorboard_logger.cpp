@@ -127,7 +127,8 @@ void TensorBoardLoggerOptions::validate() const {
 }
 
 TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Logger).after(Role::Metrics);
   options_.validate();
   run_on_rank(0);
   for (const auto& tensor : options_.tensors_to_log()) tags_.push_back(kTensorPrefix + tensor);

@@ -46,7 +46,8 @@ bool finite_on_host(const at::Tensor& tensor, bool& finite) {
 }  // namespace
 
 TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+    : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Monitor).after(Role::Metrics).before(Role::Scheduler);
   TORCHBUS_CHECK(!options_.tensors().empty() || options_.check_gradients(), ConfigError,
                  "TerminateOnNaN has nothing to check: tensors is empty and check_gradients is "
                  "false; expected at least one tensor name (e.g. \"loss\") or check_gradients");

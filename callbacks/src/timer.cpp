@@ -27,8 +27,8 @@ void TimerOptions::validate() const {
   TORCHBUS_CHECK(step_freq() >= 1, ConfigError, "Timer: step_freq must be >= 1, got ", step_freq());
 }
 
-Timer::Timer(TimerOptions options)
-    : Callback(options.name(), kDefaultPriority), options_(std::move(options)) {
+Timer::Timer(TimerOptions options) : Callback(options.name()), options_(std::move(options)) {
+  set_role(Role::Metrics);
   options_.validate();
 }
 

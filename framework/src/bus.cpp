@@ -181,9 +181,7 @@ Connection EventBus::subscribe(const std::vector<std::size_t>& channel_indices, 
   const SubscriberId id = channels.subscribers.size();
   auto subscriber = std::make_unique<detail::Subscriber>();
   subscriber->name = name;
-  subscriber->priority = placement.priority();
-  subscriber->after = placement.after_names();
-  subscriber->before = placement.before_names();
+  subscriber->placement = std::move(placement);
   for (const auto index : channel_indices) {
     detail::ChannelSlot entry;
     entry.channel = index;
@@ -209,7 +207,7 @@ void EventBus::attach(SubscriberId id) {
     auto& channel = *channels.channels[slot.channel];
     channel.constrained = channel.constrained || subscriber.constrained();
     channel.dirty = channel.constrained;  // reordered before the next emission
-    slot.connection = detail::connect_slot(channel, subscriber.priority, slot.function);
+    slot.connection = detail::connect_slot(channel, subscriber.placement.priority(), slot.function);
     channel.members.push_back(id);
     ++(*live_)[slot.channel];
   }
@@ -267,9 +265,7 @@ CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, Ev
   auto subscriber = std::make_unique<detail::Subscriber>();
   subscriber->name = name;
   subscriber->callback = callback.get();
-  subscriber->priority = callback->priority();
-  subscriber->after = callback->after_names();
-  subscriber->before = callback->before_names();
+  subscriber->placement = callback->placement();
   auto* state = &channels;
 #define TORCHBUS_HOOK_SLOT(Name, name)                                                    \
   if (hooks.contains(Event::Name)) {                                                      \
@@ -433,13 +429,24 @@ std::string EventBus::describe_channel(std::size_t index) const {
   auto text = detail::concat(channels.channel_name(index), ": ", order.size(),
                              order.size() == 1 ? " subscriber" : " subscribers",
                              order.empty() ? "" : ", in the order they run:", "\n");
+  // "a, b, role Metrics": the names and roles of one side of a placement's constraints.
+  const auto targets = [](std::vector<std::string> names, const std::vector<Role>& roles) {
+    for (const auto role : roles) names.push_back(detail::concat("role ", to_string(role)));
+    return detail::join_or_none(names);
+  };
   std::size_t position = 0;
   for (const auto id : order) {
-    const auto& subscriber = *channels.subscribers[id];
-    text += detail::concat("  ", ++position, ". ", channels.short_label(id), " (priority ",
-                           subscriber.priority);
-    if (!subscriber.after.empty()) text += ", after " + detail::join_or_none(subscriber.after);
-    if (!subscriber.before.empty()) text += ", before " + detail::join_or_none(subscriber.before);
+    const auto& placement = channels.subscribers[id]->placement;
+    text += detail::concat("  ", ++position, ". ", channels.short_label(id), " (");
+    if (placement.role() != Role::Unassigned)
+      text += detail::concat(to_string(placement.role()), ", ");
+    text += detail::concat("priority ", placement.priority());
+    if (!placement.after_names().empty() || !placement.after_roles().empty()) {
+      text += ", after " + targets(placement.after_names(), placement.after_roles());
+    }
+    if (!placement.before_names().empty() || !placement.before_roles().empty()) {
+      text += ", before " + targets(placement.before_names(), placement.before_roles());
+    }
     text += ")\n";
   }
   return text;
@@ -517,7 +524,7 @@ std::string EventBus::subscriber_label(SubscriberId id) const {
                  " on this bus (it has given out ", subscribers.size(), " ids)");
   const auto& subscriber = *subscribers[id];
   if (!subscriber.name.empty()) return subscriber.name;
-  return detail::concat("subscriber #", id, " (priority ", subscriber.priority, ")");
+  return detail::concat("subscriber #", id, " (priority ", subscriber.placement.priority(), ")");
 }
 
 SubscriberId EventBus::next_subscriber_id() const noexcept {

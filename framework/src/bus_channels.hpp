@@ -65,20 +65,23 @@ struct ChannelSlot {
 struct Subscriber {
   std::string name;  // the callback's or the subscription's name; empty for an unnamed one
   const Callback* callback = nullptr;  // the class callback, while it is connected
-  int priority = 0;
-  std::vector<std::string> after;
-  std::vector<std::string> before;
+  Placement placement;                 // priority, role, after / before (its name is in `name`)
   std::vector<ChannelSlot> slots;
   bool connected = true;
 
-  bool constrained() const noexcept { return !after.empty() || !before.empty(); }
+  /// Whether its order needs resolve_order: it has a role or an after / before constraint.
+  bool constrained() const noexcept {
+    return placement.role() != Role::Unassigned || !placement.after_names().empty() ||
+           !placement.before_names().empty() || !placement.after_roles().empty() ||
+           !placement.before_roles().empty();
+  }
 };
 
 /// One event's signal and who is on it.
 struct Channel {
   std::unique_ptr<Signal> signal;
   std::vector<SubscriberId> members;  // connected subscribers, in registration order
-  bool constrained = false;           // a member declared after/before: order by resolve_order
+  bool constrained = false;           // a member has a role or after/before: order by resolve_order
   bool dirty = false;                 // constrained and changed since the last reordering
   std::uint32_t emitting = 0;         // emissions of this channel in progress
 };
@@ -107,8 +110,9 @@ struct Channels {
 };
 
 /// The members of `channel` in the order they run: a stable topological order of their
-/// after/before constraints (constraints naming a non-member impose nothing), ties broken by
-/// priority, then registration order. Throws ConfigError naming the members of a cycle.
+/// after/before constraints (constraints naming a non-member or a role no member has impose
+/// nothing), ties broken by priority, then role, then registration order. Throws ConfigError
+/// naming the members of a cycle.
 std::vector<SubscriberId> resolve_order(const Channels& channels, std::size_t channel);
 
 /// Throws ConfigError when a constraint names no connected subscriber (naming who declared it).

@@ -5,26 +5,41 @@
 
 namespace torchbus {
 
-Callback::Callback(std::string name, int priority) : name_(std::move(name)), priority_(priority) {}
+Callback::Callback(std::string name, int priority) : name_(std::move(name)), placement_(priority) {}
 
 std::string Callback::name() const {
   return name_.empty() ? type_name(typeid(*this)) : name_;
 }
 
 Callback& Callback::set_priority(int priority) noexcept {
-  priority_ = priority;
+  placement_.with_priority(priority);
+  return *this;
+}
+
+Callback& Callback::set_role(Role role) noexcept {
+  placement_.with_role(role);
   return *this;
 }
 
 Callback& Callback::after(std::string_view name) {
   TORCHBUS_CHECK(!name.empty(), ConfigError, "Callback::after needs a non-empty name");
-  after_.emplace_back(name);
+  placement_.after(name);
   return *this;
 }
 
 Callback& Callback::before(std::string_view name) {
   TORCHBUS_CHECK(!name.empty(), ConfigError, "Callback::before needs a non-empty name");
-  before_.emplace_back(name);
+  placement_.before(name);
+  return *this;
+}
+
+Callback& Callback::after(Role role) {
+  placement_.after(role);
+  return *this;
+}
+
+Callback& Callback::before(Role role) {
+  placement_.before(role);
   return *this;
 }
 

@@ -1,5 +1,6 @@
-// The order of an event's subscribers: declared after/before constraints first (a stable
-// topological order, Kahn's algorithm), then priority, then registration order.
+// The order of an event's subscribers: declared after/before constraints on names and roles first
+// (a stable topological order, Kahn's algorithm), then priority, then role, then registration
+// order.
 
 #include <torchbus/error.hpp>
 
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace torchbus::detail {
@@ -54,19 +56,34 @@ std::vector<SubscriberId> resolve_order(const Channels& channels, std::size_t ch
     predecessors[then].push_back(first);
     ++waiting_for[then];
   };
+  const auto placement_of = [&](std::size_t i) -> const Placement& {
+    return channels.subscribers[members[i]]->placement;
+  };
+  // Calls add(j) for every other member j of role `role`.
+  const auto for_each_other_in_role = [&](std::size_t i, Role role, auto add) {
+    for (std::size_t j = 0; j < count; ++j) {
+      if (j != i && placement_of(j).role() == role) add(j);
+    }
+  };
   for (std::size_t i = 0; i < count; ++i) {
-    const auto& subscriber = *channels.subscribers[members[i]];
-    for (const auto& name : subscriber.after) {
+    const auto& placement = placement_of(i);
+    for (const auto& name : placement.after_names()) {
       if (const auto j = member_named(name); j != count) add_edge(j, i);
     }
-    for (const auto& name : subscriber.before) {
+    for (const auto& name : placement.before_names()) {
       if (const auto j = member_named(name); j != count) add_edge(i, j);
     }
+    for (const auto role : placement.after_roles()) {
+      for_each_other_in_role(i, role, [&](std::size_t j) { add_edge(j, i); });
+    }
+    for (const auto role : placement.before_roles()) {
+      for_each_other_in_role(i, role, [&](std::size_t j) { add_edge(i, j); });
+    }
   }
-  // Ready members by (priority, registration order); members are in registration order.
-  std::set<std::pair<int, std::size_t>> ready;
+  // Ready members by (priority, role, registration order); members are in registration order.
+  std::set<std::tuple<int, Role, std::size_t>> ready;
   const auto make_ready = [&](std::size_t i) {
-    ready.emplace(channels.subscribers[members[i]]->priority, i);
+    ready.emplace(placement_of(i).priority(), placement_of(i).role(), i);
   };
   for (std::size_t i = 0; i < count; ++i) {
     if (waiting_for[i] == 0) make_ready(i);
@@ -75,7 +92,7 @@ std::vector<SubscriberId> resolve_order(const Channels& channels, std::size_t ch
   order.reserve(count);
   std::vector<bool> remaining(count, true);
   while (!ready.empty()) {
-    const auto i = ready.begin()->second;
+    const auto i = std::get<2>(*ready.begin());
     ready.erase(ready.begin());
     order.push_back(members[i]);
     remaining[i] = false;
@@ -99,8 +116,9 @@ void check_constraint_names(const Channels& channels) {
   for (std::size_t id = 0; id < channels.subscribers.size(); ++id) {
     const auto& subscriber = *channels.subscribers[id];
     if (!subscriber.connected) continue;
-    for (const auto& [kind, names] :
-         {std::pair("after", &subscriber.after), std::pair("before", &subscriber.before)}) {
+    const auto& placement = subscriber.placement;
+    for (const auto& [kind, names] : {std::pair("after", &placement.after_names()),
+                                      std::pair("before", &placement.before_names())}) {
       for (const auto& name : *names) {
         if (channels.find_named(name) != nullptr) continue;
         std::vector<std::string> known;

@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(state_round_trips) {
   AllPredictionsSame restored;
   restored.load_state(in);
   BOOST_TEST(restored.detections() == 2);
-  BOOST_TEST(restored.priority() == 0);
+  BOOST_TEST((restored.role() == Role::Monitor));
   BOOST_TEST(restored.name() == "all_predictions_same");
 }
 

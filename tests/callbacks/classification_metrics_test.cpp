@@ -220,9 +220,9 @@ BOOST_AUTO_TEST_CASE(state_round_trips) {
   BOOST_CHECK_THROW(five.load_state(in2), ConfigError);
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+BOOST_AUTO_TEST_CASE(default_role_and_name) {
   ClassificationMetrics metrics;
-  BOOST_TEST(metrics.priority() == -100);
+  BOOST_TEST((metrics.role() == Role::Metrics));
   BOOST_TEST(metrics.name() == "classification_metrics");
 }
 

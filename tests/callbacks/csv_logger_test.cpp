@@ -144,7 +144,7 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
 }
 
 // What is in the file while the run goes on: buffered rows reach it at a checkpoint (which is
-// serialized after the loggers' StepEnd, as ModelCheckpoint's priority 200 does), not at an
+// serialized after the loggers' StepEnd, as ModelCheckpoint's after(Role::Logger) does), not at an
 // EpochEnd before flush_secs passed, and all of them at the end; with flush_secs(0) every row is
 // there as soon as it is written.
 BOOST_AUTO_TEST_CASE(rows_reach_the_file_at_checkpoints_at_the_end_or_at_once) {
@@ -439,9 +439,9 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
       "flush_secs must be a finite number of seconds >= 0 (0: flush every row), got -1"));
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_options) {
+BOOST_AUTO_TEST_CASE(default_role_and_options) {
   CsvLogger logger(CsvLoggerOptions("m.csv"));
-  BOOST_TEST(logger.priority() == 100);
+  BOOST_TEST((logger.role() == Role::Logger));
   BOOST_TEST(logger.name() == "csv_logger");
   BOOST_TEST(logger.options().step_freq() == 50);
   BOOST_TEST(!logger.options().append());

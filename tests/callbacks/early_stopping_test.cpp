@@ -15,8 +15,8 @@ using namespace torchbus::testing;
 
 namespace {
 
-/// A short fit with one evaluation per epoch; a subscriber at priority 10 (before EarlyStopping,
-/// 50) records `script[i]` as `metric` at the i-th `event` (EvalEnd or EpochEnd).
+/// A short fit with one evaluation per epoch; a metric producer (Role::Metrics, so before
+/// EarlyStopping) records `script[i]` as `metric` at the i-th `event` (EvalEnd or EpochEnd).
 struct ScriptedRun {
   torch::nn::Sequential model = make_model();
   torch::optim::SGD sgd{model->parameters(), torch::optim::SGDOptions(0.1)};
@@ -34,7 +34,7 @@ struct ScriptedRun {
         [metric, script, calls](State& state) {
           if (*calls < script.size()) state.record_metric(metric, script[(*calls)++]);
         },
-        10);
+        with_role(Role::Metrics));
   }
   void fit() { trainer.fit(train, validation); }
 };
@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE(real_val_loss_by_default) {
 }
 
 BOOST_AUTO_TEST_CASE(checks_at_epoch_end_and_skips_stale_points) {
-  // The metric is recorded at EpochEnd (priority 10), but only at every other epoch: the epochs
-  // without a new point are not counted as checks.
+  // The metric is recorded at EpochEnd (by a metric producer), but only at every other epoch: the
+  // epochs without a new point are not counted as checks.
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   Trainer trainer(model, sgd, cross_entropy,
@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(checks_at_epoch_end_and_skips_stale_points) {
           state.record_metric("train_score", script[next++]);
         }
       },
-      10);
+      with_role(Role::Metrics));
   auto stopping = std::make_shared<EarlyStopping>(
       EarlyStoppingOptions().monitor("train_score").patience(2).check_on(Event::EpochEnd));
   trainer.add(stopping);
@@ -234,9 +234,9 @@ BOOST_AUTO_TEST_CASE(counters_survive_save_and_load) {
   BOOST_TEST(third.wait() == 3);
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+BOOST_AUTO_TEST_CASE(default_role_and_name) {
   EarlyStopping stopping;
-  BOOST_TEST(stopping.priority() == 50);
+  BOOST_TEST((stopping.role() == Role::Monitor));
   BOOST_TEST(stopping.name() == "early_stopping");
   BOOST_TEST(stopping.options().monitor() == "val_loss");
 }

@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(stateless_save_and_load) {
   GradientStats stats;
   GradientStats restored;
   BOOST_CHECK_NO_THROW(round_trip(stats, restored));
-  BOOST_TEST(restored.priority() == -100);
+  BOOST_TEST((restored.role() == Role::Metrics));
   BOOST_TEST(restored.name() == "gradient_stats");
 }
 

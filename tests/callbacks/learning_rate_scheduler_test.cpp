@@ -385,9 +385,9 @@ BOOST_AUTO_TEST_CASE(a_restored_state_for_other_parameter_groups_is_refused) {
   });
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+BOOST_AUTO_TEST_CASE(default_role_and_name) {
   LearningRateScheduler scheduler(StepDecayOptions(1));
-  BOOST_TEST(scheduler.priority() == 0);
+  BOOST_TEST((scheduler.role() == Role::Scheduler));
   BOOST_TEST(scheduler.name() == "learning_rate_scheduler");
 }
 

@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(bar_mode_redraws_in_place_on_its_stream) {
 
 BOOST_AUTO_TEST_CASE(defaults) {
   ProgressBar bar(ProgressBarOptions().mode(ProgressBarMode::Plain));
-  BOOST_TEST(bar.priority() == 150);
+  BOOST_TEST((bar.role() == Role::Logger));
   BOOST_TEST(bar.name() == "progress_bar");
   BOOST_TEST_REQUIRE(bar.rank().has_value());
   BOOST_TEST(*bar.rank() == 0);

@@ -234,8 +234,7 @@ BOOST_AUTO_TEST_CASE(one_chart_per_metric_with_one_point_per_value) {
 
 BOOST_AUTO_TEST_CASE(is_rank_zero_only_after_model_checkpoint) {
   RunReport report(RunReportOptions("report.html"));
-  BOOST_TEST(report.priority() == 250);
-  BOOST_TEST(RunReport::kDefaultPriority == 250);
+  BOOST_TEST((report.role() == Role::Report));
   BOOST_TEST((report.rank() == std::optional<int>(0)));
   BOOST_TEST(report.name() == "run_report");
 }

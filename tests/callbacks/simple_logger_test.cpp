@@ -137,9 +137,9 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
           "precision must be in [1, 17]"));
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+BOOST_AUTO_TEST_CASE(default_role_and_name) {
   SimpleLogger logger;
-  BOOST_TEST(logger.priority() == 100);
+  BOOST_TEST((logger.role() == Role::Logger));
   BOOST_TEST(logger.name() == "simple_logger");
   BOOST_TEST(logger.options().step_freq() == 50);
   BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"loss"},

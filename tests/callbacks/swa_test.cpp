@@ -182,10 +182,11 @@ BOOST_AUTO_TEST_CASE(a_stop_at_the_last_step_of_an_epoch_then_a_resume_averages_
   first.trainer.on(Event::StepEnd, [](State& state) {
     if (state.step == 6) state.request_stop("stop at the end of epoch 1");
   });
-  // Saved at ActionEnd before SWA puts the average into the model (as ModelCheckpoint does).
+  // Saved at ActionEnd before SWA puts the average into the model (a Role::Checkpoint subscriber,
+  // as ModelCheckpoint is).
   first.trainer.on(
       Event::ActionEnd, [&](State&) { first.trainer.save_checkpoint(folder / "stop.tbckpt"); },
-      500);
+      with_role(Role::Checkpoint));
   first.trainer.fit(train_batches());
   BOOST_TEST(stopped->averaged() == 1);  // epoch 1, added when fit ended
 

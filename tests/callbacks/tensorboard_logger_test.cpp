@@ -595,9 +595,9 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_TEST(has(message(TensorBoardLoggerOptions(base).metrics_to_log({""})), "empty name"));
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_rank_and_options) {
+BOOST_AUTO_TEST_CASE(default_role_rank_and_options) {
   TensorBoardLogger logger(TensorBoardLoggerOptions("runs/x"));
-  BOOST_TEST(logger.priority() == 100);
+  BOOST_TEST((logger.role() == Role::Logger));
   BOOST_TEST(logger.name() == "tensorboard_logger");
   BOOST_TEST(logger.rank().value_or(-1) == 0);
   BOOST_TEST(logger.options().step_freq() == 50);

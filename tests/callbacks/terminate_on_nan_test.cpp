@@ -230,9 +230,9 @@ BOOST_AUTO_TEST_CASE(state_round_trips) {
   BOOST_TEST(!fresh.triggered());
 }
 
-BOOST_AUTO_TEST_CASE(default_priority_and_name) {
+BOOST_AUTO_TEST_CASE(default_role_and_name) {
   TerminateOnNaN callback;
-  BOOST_TEST(callback.priority() == -50);
+  BOOST_TEST((callback.role() == Role::Monitor));
   BOOST_TEST(callback.name() == "terminate_on_nan");
 }
 

@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_CHECK_THROW(Timer(TimerOptions().ema_decay(-0.1)), ConfigError);
   BOOST_CHECK_THROW(Timer(TimerOptions().step_freq(0)), ConfigError);
   Timer timer;
-  BOOST_TEST(timer.priority() == -100);
+  BOOST_TEST((timer.role() == Role::Metrics));
   BOOST_TEST(timer.name() == "timer");
 }
 

@@ -1,5 +1,6 @@
-// Ordering by name: after("name") / before("name") on subscriptions and callbacks, resolved per
-// event by a stable topological order with priority, then registration order, as tie-breaks.
+// Ordering by name and role: after("name") / before("name") / after(Role) / before(Role) on
+// subscriptions and callbacks, resolved per event by a stable topological order with priority,
+// then role, then registration order, as tie-breaks.
 
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
@@ -39,6 +40,7 @@ static_assert(std::is_same_v<decltype(after(3)), Filter>);
 static_assert(std::is_same_v<decltype(before(std::int64_t{3})), Filter>);
 static_assert(std::is_same_v<decltype(after("EarlyStopping")), Placement>);
 static_assert(std::is_same_v<decltype(before(std::string("x"))), Placement>);
+static_assert(std::is_same_v<decltype(after(Role::Metrics)), Placement>);
 
 }  // namespace
 
@@ -239,8 +241,96 @@ BOOST_AUTO_TEST_CASE(callback_after_and_before_take_effect_when_added) {
                  "callback 'c' asks to run after 'b'"));
   publisher.emit(Event::StepEnd, state);
   BOOST_TEST(calls == (Calls{"c", "a"}), boost::test_tools::per_element());
-  BOOST_TEST(a->after_names().empty());
-  BOOST_TEST(c->before_names() == std::vector<std::string>{"a"}, boost::test_tools::per_element());
+  BOOST_TEST(a->placement().after_names().empty());
+  BOOST_TEST(c->placement().before_names() == std::vector<std::string>{"a"},
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(after_a_role_runs_after_every_member_of_it_whatever_the_priorities) {
+  EventPublisher publisher;
+  EventBus& bus = publisher.bus();
+  State state;
+  Calls calls;
+  // The logger is registered first with the lowest priority; the two metric producers last with
+  // the highest: only the role constraint puts the logger after both.
+  bus.on(Event::StepEnd, record(calls, "logger"),
+         with_role(Role::Logger).after(Role::Metrics).with_priority(-100));
+  bus.on(Event::StepEnd, record(calls, "free"));
+  bus.on(Event::StepEnd, record(calls, "accuracy"), with_role(Role::Metrics).with_priority(100));
+  auto timer = std::make_shared<Named>("timer", calls, 200);
+  timer->set_role(Role::Metrics);
+  bus.add(timer);
+  publisher.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == (Calls{"free", "accuracy", "timer", "logger"}),
+             boost::test_tools::per_element());
+  BOOST_TEST((timer->role() == Role::Metrics));
+}
+
+BOOST_AUTO_TEST_CASE(before_a_role_and_a_role_nobody_has) {
+  EventPublisher publisher;
+  EventBus& bus = publisher.bus();
+  State state;
+  Calls calls;
+  auto checkpoint = std::make_shared<Named>("checkpoint", calls, -50);
+  checkpoint->set_role(Role::Checkpoint);
+  bus.add(checkpoint);
+  // before(Role::Checkpoint) from a later, higher-priority subscription; after(Role::Report),
+  // which no subscriber has, imposes nothing and is no error (a role is never an unknown name).
+  bus.on(Event::StepEnd, record(calls, "flush"),
+         before(Role::Checkpoint).after(Role::Report).with_priority(10));
+  BOOST_CHECK_NO_THROW(bus.check_order());
+  publisher.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == (Calls{"flush", "checkpoint"}), boost::test_tools::per_element());
+  // A member of a role is not ordered against itself: after(its own role) is no cycle.
+  auto second = std::make_shared<Named>("second_checkpoint", calls);
+  second->set_role(Role::Checkpoint).after(Role::Checkpoint);
+  bus.add(second);
+  calls.clear();
+  publisher.emit(Event::StepEnd, state);
+  BOOST_TEST(calls == (Calls{"flush", "checkpoint", "second_checkpoint"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(equal_priorities_run_in_role_order_then_registration_order) {
+  EventPublisher publisher;
+  EventBus& bus = publisher.bus();
+  State state;
+  Calls calls;
+  // Registered backwards through the pipeline; no constraint, one priority.
+  bus.on(Event::EpochEnd, record(calls, "report"), with_role(Role::Report));
+  bus.on(Event::EpochEnd, record(calls, "checkpoint"), with_role(Role::Checkpoint));
+  bus.on(Event::EpochEnd, record(calls, "logger"), with_role(Role::Logger));
+  bus.on(Event::EpochEnd, record(calls, "monitor"), with_role(Role::Monitor));
+  bus.on(Event::EpochEnd, record(calls, "scheduler"), with_role(Role::Scheduler));
+  bus.on(Event::EpochEnd, record(calls, "mine"));
+  bus.on(Event::EpochEnd, record(calls, "metrics"), with_role(Role::Metrics));
+  bus.on(Event::EpochEnd, record(calls, "ema"), with_role(Role::WeightAveraging));
+  bus.on(Event::EpochEnd, record(calls, "first"), -1);  // priority still comes first
+  publisher.emit(Event::EpochEnd, state);
+  BOOST_TEST(calls == (Calls{"first", "ema", "metrics", "mine", "scheduler", "monitor", "logger",
+                             "checkpoint", "report"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(role_constraints_take_part_in_cycles_and_describe) {
+  EventPublisher publisher;
+  EventBus& bus = publisher.bus();
+  Calls calls;
+  auto logger = std::make_shared<Named>("logger", calls);
+  logger->set_role(Role::Logger).after(Role::Metrics);
+  bus.add(logger);
+  bus.on(Event::StepEnd, record(calls, "x"),
+         named("late_metric").with_role(Role::Metrics).after("logger"));
+  BOOST_TEST(
+      has(message_of<ConfigError>([&] { bus.check_order(); }), "logger -> late_metric -> logger"));
+  bus.remove("late_metric");
+  bus.on(Event::StepEnd, record(calls, "y"), named("accuracy").with_role(Role::Metrics));
+  const auto text = bus.describe(Event::StepEnd);
+  BOOST_TEST(text ==
+                 "StepEnd: 2 subscribers, in the order they run:\n"
+                 "  1. accuracy (Metrics, priority 0)\n"
+                 "  2. logger (Logger, priority 0, after role Metrics)\n",
+             text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

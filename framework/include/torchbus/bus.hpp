@@ -96,9 +96,9 @@ class DispatchObserver {
 /// The subscribe side of an event bus (the sink of EnTT's sigh/sink split): subscriptions, class
 /// callbacks, custom events, ordering. Only its EventPublisher publishes built-in events; a custom
 /// event is published through the handle its registration returned. Subscribers of an event run
-/// in a stable topological order of their `after` / `before` constraints, ties broken by priority
-/// (lower first), then registration order. Not thread-safe: use it from the thread that runs the
-/// loop.
+/// in a stable topological order of their `after` / `before` constraints (on names and roles),
+/// ties broken by priority (lower first), then role (in Role's order), then registration order.
+/// Not thread-safe: use it from the thread that runs the loop.
 class EventBus {
  public:
   /// A subscriber.
@@ -157,7 +157,7 @@ class EventBus {
   /// Checks the declared order: throws ConfigError naming a constraint's unknown name (and who
   /// declared it) or the members of a cycle. The Trainer calls it when fit() or evaluate() starts.
   void check_order() const;
-  /// The subscribers of `event` in the order they run, one line each (label, priority,
+  /// The subscribers of `event` in the order they run, one line each (label, role, priority,
   /// constraints).
   std::string describe(Event event) const;
   /// The subscribers of a custom event in the order they run.

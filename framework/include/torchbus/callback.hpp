@@ -5,6 +5,7 @@
 
 #include <torchbus/event.hpp>
 #include <torchbus/event_list.hpp>
+#include <torchbus/placement.hpp>
 
 #include <optional>
 #include <string>
@@ -27,7 +28,8 @@ class Trainer;
 
 /// Base of class callbacks. Only the hooks a subclass overrides get connected, so an unused hook
 /// costs nothing. The name identifies the callback's state in checkpoints, must be unique, and is
-/// what other subscribers name in `after(name)` / `before(name)`.
+/// what other subscribers name in `after(name)` / `before(name)`; its role is what they name in
+/// `after(role)` / `before(role)`.
 class Callback {
  public:
   /// Priority of a callback that does not choose one (lower runs first).
@@ -43,19 +45,26 @@ class Callback {
 
   /// The name given at construction, or the callback's type name.
   std::string name() const;
-  /// Position among the subscribers of each event (lower runs first).
-  int priority() const noexcept { return priority_; }
+  /// Position among the subscribers of each event that no constraint orders (lower runs first).
+  int priority() const noexcept { return placement_.priority(); }
   /// Sets the priority; takes effect when the callback is added.
   Callback& set_priority(int priority) noexcept;
+  /// What the callback does (Role::Unassigned unless it chose a role).
+  Role role() const noexcept { return placement_.role(); }
+  /// Sets the role; takes effect when the callback is added.
+  Callback& set_role(Role role) noexcept;
   /// Runs every hook after the subscriber called `name` (on the events both subscribe to); takes
   /// effect when the callback is added.
   Callback& after(std::string_view name);
   /// Runs every hook before the subscriber called `name`; takes effect when the callback is added.
   Callback& before(std::string_view name);
-  /// The names given to `after`.
-  const std::vector<std::string>& after_names() const noexcept { return after_; }
-  /// The names given to `before`.
-  const std::vector<std::string>& before_names() const noexcept { return before_; }
+  /// Runs every hook after every subscriber of role `role`; takes effect when the callback is
+  /// added.
+  Callback& after(Role role);
+  /// Runs every hook before every subscriber of role `role`; takes effect when it is added.
+  Callback& before(Role role);
+  /// The priority, role and after/before constraints (the placement's own name is unused).
+  const Placement& placement() const noexcept { return placement_; }
   /// Runs this callback only on the process of global rank `rank`.
   Callback& run_on_rank(int rank);
   /// Runs this callback on every rank (the default).
@@ -85,10 +94,8 @@ class Callback {
 
  private:
   std::string name_;
-  int priority_ = kDefaultPriority;
+  Placement placement_{kDefaultPriority};
   std::optional<int> rank_;
-  std::vector<std::string> after_;
-  std::vector<std::string> before_;
 };
 
 namespace detail {

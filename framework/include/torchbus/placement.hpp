@@ -2,8 +2,10 @@
 
 /// \file
 /// Placement: where a subscription runs among the subscribers of its event: after or before named
-/// subscribers, then by priority, then in registration order. E.g.
-/// `bus.on(Event::StepEnd, fn, torchbus::after("EarlyStopping").named("my_logger"))`.
+/// subscribers or roles, then by priority, then by role, then in registration order. E.g.
+/// `bus.on(Event::StepEnd, fn, torchbus::after("early_stopping").named("my_logger"))`.
+
+#include <torchbus/role.hpp>
 
 #include <string>
 #include <string_view>
@@ -12,8 +14,8 @@
 
 namespace torchbus {
 
-/// Ordering of a subscription: an optional name others can refer to, the names it must run after
-/// or before, and a priority (lower first) that breaks the remaining ties.
+/// Ordering of a subscription: an optional name and role others can refer to, the names and roles
+/// it must run after or before, and a priority (lower first) that breaks the remaining ties.
 class Placement {
  public:
   /// Priority 0, no name, no constraint.
@@ -36,6 +38,21 @@ class Placement {
     before_.emplace_back(name);
     return *this;
   }
+  /// Runs after every subscriber of role `role` (where they subscribe to the event too).
+  Placement& after(Role role) {
+    after_roles_.push_back(role);
+    return *this;
+  }
+  /// Runs before every subscriber of role `role`.
+  Placement& before(Role role) {
+    before_roles_.push_back(role);
+    return *this;
+  }
+  /// Gives the subscription a role, so that `after(role)` / `before(role)` place others around it.
+  Placement& with_role(Role role) noexcept {
+    role_ = role;
+    return *this;
+  }
   /// Sets the priority (lower runs first among subscribers that no constraint orders).
   Placement& with_priority(int priority) noexcept {
     priority_ = priority;
@@ -50,14 +67,21 @@ class Placement {
   const std::vector<std::string>& after_names() const noexcept { return after_; }
   /// Names this subscription runs before.
   const std::vector<std::string>& before_names() const noexcept { return before_; }
-  /// Whether it declares any `after` or `before`.
-  bool constrained() const noexcept { return !after_.empty() || !before_.empty(); }
+  /// The subscription's role (Role::Unassigned unless given one).
+  Role role() const noexcept { return role_; }
+  /// Roles this subscription runs after.
+  const std::vector<Role>& after_roles() const noexcept { return after_roles_; }
+  /// Roles this subscription runs before.
+  const std::vector<Role>& before_roles() const noexcept { return before_roles_; }
 
  private:
   int priority_ = 0;
   std::string name_;
   std::vector<std::string> after_;
   std::vector<std::string> before_;
+  Role role_ = Role::Unassigned;
+  std::vector<Role> after_roles_;
+  std::vector<Role> before_roles_;
 };
 
 /// A placement after the subscriber called `name` (a callback's or a named subscription's name).
@@ -67,6 +91,18 @@ inline Placement after(std::string_view name) {
 /// A placement before the subscriber called `name`.
 inline Placement before(std::string_view name) {
   return Placement().before(name);
+}
+/// A placement after every subscriber of role `role`.
+inline Placement after(Role role) {
+  return Placement().after(role);
+}
+/// A placement before every subscriber of role `role`.
+inline Placement before(Role role) {
+  return Placement().before(role);
+}
+/// A placement that only gives the subscription a role.
+inline Placement with_role(Role role) {
+  return Placement().with_role(role);
 }
 /// A placement that only names the subscription.
 inline Placement named(std::string name) {

@@ -29,12 +29,9 @@ struct AllPredictionsSameOptions {
 /// At EvalEnd, reports when every prediction of the evaluation equals one value (a model that
 /// collapsed to a constant), as AIToolbox's AllPredictionsSameCallback. Compares every batch with
 /// the first prediction on the device (no sync per batch) and reads one flag at EvalEnd (one sync
-/// per evaluation). Default priority 0.
+/// per evaluation). Role::Monitor.
 class AllPredictionsSame : public Callback {
  public:
-  /// Default priority: before loggers and checkpointing.
-  static constexpr int kDefaultPriority = 0;
-
   /// An AllPredictionsSame named by its options.
   explicit AllPredictionsSame(AllPredictionsSameOptions options = {});
 

@@ -43,12 +43,9 @@ struct ClassificationMetricsOptions {
 /// matrix to the host once and records accuracy and macro precision, recall and F1 (means over
 /// all C classes; a ratio with a zero denominator counts as 0, as scikit-learn's
 /// zero_division=0), plus per-class values, and stores the matrix (int64) in the tensor store.
-/// Cancelled evaluation batches are skipped. Default priority -100 (a metric producer).
+/// Cancelled evaluation batches are skipped. Role::Metrics.
 class ClassificationMetrics : public Callback {
  public:
-  /// Default priority: metric producers run first.
-  static constexpr int kDefaultPriority = -100;
-
   /// A ClassificationMetrics named by its options; throws ConfigError for invalid options.
   explicit ClassificationMetrics(ClassificationMetricsOptions options = {});
 

@@ -53,12 +53,10 @@ struct CsvLoggerOptions {
 /// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
 /// metrics in the order they first appear. Rows are flushed every `flush_secs`, at the end and
 /// before a checkpoint is written, so a killed run loses no row its checkpoint covers. See
-/// docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
+/// docs/builtin-callbacks-loggers.md for the layout, appending and resuming. Role::Logger, after
+/// Role::Metrics.
 class CsvLogger : public Callback {
  public:
-  /// Default priority: after metric producers (-100), with the other loggers.
-  static constexpr int kDefaultPriority = 100;
-
   /// A logger named by its options; throws ConfigError for invalid options.
   explicit CsvLogger(CsvLoggerOptions options);
   /// Closes the file if an action left it open.

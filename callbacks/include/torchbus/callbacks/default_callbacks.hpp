@@ -58,12 +58,12 @@ struct DefaultCallbacksOptions {
 
 /// The callbacks `add_default_callbacks` added (null where switched off), to configure further.
 struct DefaultCallbacks {
-  std::shared_ptr<TerminateOnNaN> terminate_on_nan;       ///< priority -50
-  std::shared_ptr<SimpleLogger> simple_logger;            ///< priority 100, rank 0
-  std::shared_ptr<CsvLogger> csv_logger;                  ///< priority 100, rank 0
-  std::shared_ptr<TensorBoardLogger> tensorboard_logger;  ///< priority 100, rank 0
-  std::shared_ptr<ProgressBar> progress_bar;              ///< priority 150, rank 0
-  std::shared_ptr<RunReport> run_report;                  ///< priority 250, rank 0
+  std::shared_ptr<TerminateOnNaN> terminate_on_nan;       ///< Role::Monitor
+  std::shared_ptr<SimpleLogger> simple_logger;            ///< Role::Logger, rank 0
+  std::shared_ptr<CsvLogger> csv_logger;                  ///< Role::Logger, rank 0
+  std::shared_ptr<TensorBoardLogger> tensorboard_logger;  ///< Role::Logger, rank 0
+  std::shared_ptr<ProgressBar> progress_bar;              ///< Role::Logger, rank 0
+  std::shared_ptr<RunReport> run_report;                  ///< Role::Report, rank 0
   std::shared_ptr<Profiler> profiler;                     ///< every rank
   std::vector<CallbackConnection> connections;            ///< disconnect one to turn it off
 };

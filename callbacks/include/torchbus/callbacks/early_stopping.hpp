@@ -54,13 +54,10 @@ struct EarlyStoppingOptions {
 /// not improved for `patience` checks in a row (as Lightning and Keras), reached
 /// `stopping_threshold` or crossed `divergence_threshold`. A check reads the metric's newest point
 /// (a host sync if it was recorded as a tensor, once per check); a check with no new point since
-/// the previous one is skipped. Default priority 50: after metric producers and schedulers, before
-/// loggers (100) and checkpointing (200).
+/// the previous one is skipped. Role::Monitor, after Role::Metrics (so before loggers and
+/// checkpoints, which run after monitors).
 class EarlyStopping : public Callback {
  public:
-  /// Default priority: after metric producers, before loggers and checkpointing.
-  static constexpr int kDefaultPriority = 50;
-
   /// An EarlyStopping named by its options; throws ConfigError for invalid options.
   explicit EarlyStopping(EarlyStoppingOptions options = {});
 

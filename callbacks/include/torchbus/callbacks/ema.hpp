@@ -48,12 +48,10 @@ struct EMAOptions {
 /// tensor, no host sync, no allocation. The average starts as a copy of the weights at the first
 /// step of the run. It is saved in checkpoints with the step counter, so a resumed run continues
 /// the same average bit for bit; the model's own (raw) weights are what ModelCheckpoint saves.
-/// Default priority -150: its swaps at EvalStart/EvalEnd happen before every other callback's.
+/// Role::WeightAveraging, before Role::Metrics: evaluations see the averaged weights, and the raw
+/// ones are back at EvalEnd before any checkpoint (which runs after weight averaging) is taken.
 class EMA : public Callback {
  public:
-  /// Default priority: before metric producers (-100), so evaluations see the averaged weights.
-  static constexpr int kDefaultPriority = -150;
-
   /// An EMA named by its options; throws ConfigError for invalid options.
   explicit EMA(EMAOptions options = {});
 

@@ -41,12 +41,9 @@ struct GradientStatsOptions {
 /// Computes gradient norms every `step_freq` optimizer steps and stores them as one-element
 /// tensors with Scope::Step ("grad_norm", "grad_norm/<parameter>"), recorded in the metric history
 /// at the step's number (state.step + 1, as "train_loss"). Never syncs. Parameters without a
-/// gradient are left out. Default priority -100 (a metric producer).
+/// gradient are left out. Role::Metrics.
 class GradientStats : public Callback {
  public:
-  /// Default priority: metric producers run first.
-  static constexpr int kDefaultPriority = -100;
-
   /// A GradientStats named by its options; throws ConfigError for invalid options.
   explicit GradientStats(GradientStatsOptions options = {});
 

@@ -120,12 +120,9 @@ using LrLambda = std::function<double(std::int64_t t, double base_lr)>;
 /// function of the schedule step t (optimizer steps or epochs done): at ActionStart every group
 /// gets lr(t), and after each interval t advances and the groups get lr(t + 1). The base learning
 /// rates are the groups' learning rates at the first ActionStart. Never syncs, except
-/// reduce-on-plateau, which reads its metric at each check. Default priority 0.
+/// reduce-on-plateau, which reads its metric at each check. Role::Scheduler, after Role::Metrics.
 class LearningRateScheduler : public Callback {
  public:
-  /// Default priority: after metric producers and TerminateOnNaN, before EarlyStopping.
-  static constexpr int kDefaultPriority = 0;
-
   /// Any closed-form schedule.
   explicit LearningRateScheduler(LrLambda schedule, LearningRateSchedulerOptions options = {});
   /// Linear warmup; throws ConfigError for invalid options.

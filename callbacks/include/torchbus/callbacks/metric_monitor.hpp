@@ -40,9 +40,9 @@ class MetricMonitor {
   /// The newest point of the metric if it is new since the previous poll, else nullptr (a host
   /// read if recorded as a tensor). Throws ConfigError when the metric was not recorded, naming
   /// `who` (e.g. "EarlyStopping: monitored metric"), the `check_on` event, the metrics present
-  /// and `reader` at `priority` (e.g. "EarlyStopping", 50).
+  /// and `reader`, the callback that reads it (e.g. "EarlyStopping").
   const MetricPoint* poll(const State& state, Event check_on, std::string_view who,
-                          std::string_view reader, int priority);
+                          std::string_view reader);
   /// Whether `value` beats the best value by more than min_delta.
   bool improved(double value) const noexcept;
   /// Takes `value` as the new best and resets wait if it improved; otherwise adds one to wait.

@@ -51,20 +51,15 @@ struct ModelCheckpointOptions {
   void validate() const;
 };
 
-/// Saves checkpoints of the trainer it is added to. Default priority 200 (after early stopping
-/// and loggers), rank 0 only. A step checkpoint whose step is followed by a validation is taken
-/// after it (at EvalEnd), so that it is ranked by that validation; one taken before the epoch's
-/// validation is taken again at EpochEnd. Before the monitored metric exists, checkpoints are
-/// kept unranked (newest first, after every ranked one) with one warning.
+/// Saves checkpoints of the trainer it is added to. Role::Checkpoint, after Role::Monitor,
+/// Role::Scheduler, Role::WeightAveraging and Role::Logger (so a checkpoint holds their state as
+/// of its step and every logged row up to it); rank 0 only. A step checkpoint whose step is
+/// followed by a validation is taken after it (at EvalEnd), so that it is ranked by that
+/// validation; one taken before the epoch's validation is taken again at EpochEnd. Before the
+/// monitored metric exists, checkpoints are kept unranked (newest first, after every ranked one)
+/// with one warning.
 class ModelCheckpoint : public Callback {
  public:
-  /// Default priority: after EarlyStopping (50) and the loggers (100).
-  static constexpr int kDefaultPriority = 200;
-  /// A priority after every saving callback's at ActionEnd (checkpoints, then the report at 250):
-  /// for callbacks that change the model's weights when fit() ends (EMA, EarlyStopping's
-  /// restore_best_weights), so that the run's last checkpoint holds the weights a resume needs.
-  static constexpr int kAfterFinalSave = 1000;
-
   explicit ModelCheckpoint(ModelCheckpointOptions options);
   ~ModelCheckpoint() override;
 

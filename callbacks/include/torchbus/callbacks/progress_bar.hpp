@@ -53,12 +53,9 @@ struct ProgressBarOptions {
 
 /// Shows training progress per epoch: batches done (of the total when known), rate, ETA (when the
 /// total is known), the latest step loss and `metrics_to_show`. Runs on rank 0 only by default.
-/// Reads the loss and metrics (a host sync) only when it draws.
+/// Reads the loss and metrics (a host sync) only when it draws. Role::Logger, after Role::Metrics.
 class ProgressBar : public Callback {
  public:
-  /// Default priority: after the loggers (100), so it shows what they and metric producers set.
-  static constexpr int kDefaultPriority = 150;
-
   /// A progress bar named by its options; throws ConfigError for invalid options.
   explicit ProgressBar(ProgressBarOptions options = {});
 

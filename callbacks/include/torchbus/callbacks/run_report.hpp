@@ -89,12 +89,9 @@ struct RunReportOptions {
 /// application's options; and the tables added with add_table or add_table_provider. Written at
 /// ActionStart (which checks that the path is writable), every `update_every_n_epochs` epochs and
 /// at ActionEnd (also after an exception), atomically. Rank 0 only by default. See
-/// docs/builtin-callbacks-report.md.
+/// docs/builtin-callbacks-report.md. Role::Report, after Role::Checkpoint.
 class RunReport : public Callback {
  public:
-  /// Default priority: after ModelCheckpoint (200), so the report sees everything.
-  static constexpr int kDefaultPriority = 250;
-
   /// A report named by its options; throws ConfigError for invalid options.
   explicit RunReport(RunReportOptions options);
 

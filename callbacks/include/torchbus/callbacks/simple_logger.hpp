@@ -38,12 +38,9 @@ struct SimpleLoggerOptions {
 /// Logs, every `step_freq` optimizer steps, one info line through `torchbus::logger()`:
 /// `step 50 epoch 0: loss=0.693147 lr=0.1 step_time=1.25ms`. One-element tensors are logged as
 /// numbers, others as shape and statistics (`logits=[16, 3] mean=.. std=.. min=.. max=..`). Reads
-/// tensors (a host sync) only at the steps it logs.
+/// tensors (a host sync) only at the steps it logs. Role::Logger, after Role::Metrics.
 class SimpleLogger : public Callback {
  public:
-  /// Default priority: after metric producers (-100), with the other loggers.
-  static constexpr int kDefaultPriority = 100;
-
   /// A logger named by its options; throws ConfigError for invalid options.
   explicit SimpleLogger(SimpleLoggerOptions options = {});
 

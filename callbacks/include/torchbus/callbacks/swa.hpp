@@ -59,13 +59,10 @@ struct SWAOptions {
 /// learning rate to `swa_lr` at each step of those epochs, and when fit() ends without an
 /// exception puts the average into the model and recomputes its batch-norm statistics. The
 /// average, its count and the learning rates at the start are kept in checkpoints (exact resume).
-/// Default priority 10: after LearningRateScheduler (0) at StepStart, so that its rate wins in the
-/// averaging epochs; before loggers and checkpoints.
+/// Role::WeightAveraging, after Role::Scheduler: at StepStart its rate wins over
+/// LearningRateScheduler's in the averaging epochs; checkpoints run after weight averaging.
 class SWA : public Callback {
  public:
-  /// Default priority: after the learning rate scheduler, before loggers and checkpoints.
-  static constexpr int kDefaultPriority = 10;
-
   /// An SWA named by its options; throws ConfigError for invalid options.
   explicit SWA(SWAOptions options = {});
 

@@ -85,12 +85,9 @@ struct TensorBoardLoggerOptions {
 /// EpochEnd, each at its own step); training and validation values of one quantity also in the
 /// sub-runs `train` and `val`. Reads tensors (a host sync) only at the steps it writes; encoding
 /// and writing run on background threads, flushed at ActionEnd and on Exception. Rank 0 only by
-/// default. See docs/builtin-callbacks-loggers.md.
+/// default. Role::Logger, after Role::Metrics. See docs/builtin-callbacks-loggers.md.
 class TensorBoardLogger : public Callback {
  public:
-  /// Default priority: after metric producers (-100), with the other loggers.
-  static constexpr int kDefaultPriority = 100;
-
   /// A logger named by its options; throws ConfigError for invalid options.
   explicit TensorBoardLogger(TensorBoardLoggerOptions options);
   /// Closes an event file an action left open (errors are logged).

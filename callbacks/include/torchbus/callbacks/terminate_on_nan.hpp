@@ -32,12 +32,10 @@ struct TerminateOnNaNOptions {
 /// op, nothing left to read), so with the default `{"loss"}` on the CPU a step costs no sync.
 /// A non-finite value skips that step's update (`state.skip_update`), so the weights stay as they
 /// were before the step, and requests a stop naming the tensor, batch, step and epoch.
-/// Default priority -50: after metric producers, before the learning rate scheduler.
+/// Role::Monitor, after Role::Metrics and before Role::Scheduler (a NaN stops the run before a
+/// scheduler reads it).
 class TerminateOnNaN : public Callback {
  public:
-  /// Default priority: after metric producers (-100), before everything else.
-  static constexpr int kDefaultPriority = -50;
-
   /// A TerminateOnNaN named by its options.
   explicit TerminateOnNaN(TerminateOnNaNOptions options = {});
 

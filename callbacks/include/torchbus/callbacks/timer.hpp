@@ -44,12 +44,9 @@ struct TimerOptions {
 /// the real step time once the queue is full). Records per step: "step_time" (s), "step_time_ema"
 /// (s) and "samples_per_sec" (EMA of samples per step / EMA of step time); per epoch:
 /// "epoch_time" (s). With a time limit, requests a stop at StepEnd or EpochEnd once the limit has
-/// passed. Never syncs. Default priority -100 (a metric producer).
+/// passed. Never syncs. Role::Metrics.
 class Timer : public Callback {
  public:
-  /// Default priority: metric producers run first.
-  static constexpr int kDefaultPriority = -100;
-
   /// A Timer named by its options; throws ConfigError for invalid options.
   explicit Timer(TimerOptions options = {});
 
