@@ -153,7 +153,7 @@ void Trainer::run_action(Body&& body) {
 // ---- fit ----------------------------------------------------------------------------------------
 
 void Trainer::prepare_run() {
-  const auto device = options_.device();
+  const auto device = run_options_.device();
   if (device.is_cuda()) {
     TORCHBUS_CHECK(torch::cuda::is_available(), ConfigError, "device ", device,
                    " was requested but CUDA is not available (this LibTorch has no CUDA support "
@@ -165,9 +165,9 @@ void Trainer::prepare_run() {
     TORCHBUS_CHECK(device.is_cpu(), ConfigError, "device ", device,
                    " is not supported; expected cpu or cuda");
   }
-  check_precision_supported(options_.precision(), device);
+  check_precision_supported(run_options_.precision(), device);
   module_->to(device);
-  if (options_.channels_last()) {
+  if (run_options_.channels_last()) {
     // As Python's Module.to(memory_format=...): `contiguous()` would leave a one-channel weight
     // in its old strides (it already counts as channels_last).
     torch::NoGradGuard no_grad;
@@ -182,10 +182,10 @@ void Trainer::prepare_run() {
   state_.model = module_.get();
   state_.optimizer = &optimizer_;
   state_.device = device;
-  state_.accumulate_grad_batches = options_.accumulate_grad_batches_at(0);
-  state_.max_epochs = options_.max_epochs();
-  state_.max_steps = options_.max_steps();
-  state_.fast_dev_run = options_.fast_dev_run() > 0;
+  state_.accumulate_grad_batches = run_options_.accumulate_grad_batches_at(0);
+  state_.max_epochs = run_options_.max_epochs();
+  state_.max_steps = run_options_.max_steps();
+  state_.fast_dev_run = run_options_.fast_dev_run() > 0;
 }
 
 void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
@@ -196,25 +196,18 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   } context{*this};
   set_action(Action::Fit);
   options_.validate();
-  // fast_dev_run's overrides hold for this fit only.
-  const TrainerOptions configured = options_;
-  struct RestoreOptions {
-    Trainer& trainer;
-    const TrainerOptions& options;
-    ~RestoreOptions() { trainer.options_ = options; }
-  } restore_options{*this, configured};
-  options_ = configured.effective();
-  TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
+  run_options_ = options_.effective();  // fast_dev_run's overrides hold for this fit only
+  TORCHBUS_CHECK(run_options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
                  "fast_dev_run checks the loop from a fresh start and does not resume (from ",
                  resume_path_ ? resume_path_->string() : std::string(),
                  "); drop one of them (a ModelCheckpoint with resume(true) asks for a resume)");
   train_batch_limit_ =
-      options_.limit_train_batches().batches_per_pass(train.size(), "limit_train_batches");
-  val_batch_limit_ = validation ? options_.limit_val_batches().batches_per_pass(validation->size(),
-                                                                                "limit_val_batches")
+      run_options_.limit_train_batches().batches_per_pass(train.size(), "limit_train_batches");
+  val_batch_limit_ = validation ? run_options_.limit_val_batches().batches_per_pass(
+                                      validation->size(), "limit_val_batches")
                                 : -1;
   prepare_run();
-  if (options_.seed()) torch::manual_seed(*options_.seed());
+  if (run_options_.seed()) torch::manual_seed(*run_options_.seed());
   state_.epoch = state_.step = state_.batch_in_epoch = state_.global_batch = 0;
   state_.window_position = 0;
   state_.validation_follows = false;
@@ -223,13 +216,14 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   module_->train();
   clear_gradients();
   loss_scaler_.reset();
-  if (options_.precision() == Precision::FP16Mixed) loss_scaler_.emplace(options_.loss_scaler());
+  if (run_options_.precision() == Precision::FP16Mixed)
+    loss_scaler_.emplace(run_options_.loss_scaler());
   state_.sanity_checking = false;
   const bool fresh = !resume_path_;
   if (resume_path_) restore_for_resume();
   run_action([&] {
     if (process_group_) start_process_group();
-    if (fresh && validation && options_.num_sanity_val_steps() != 0) {
+    if (fresh && validation && run_options_.num_sanity_val_steps() != 0) {
       run_sanity_check(*validation);
     }
     while (!training_finished()) run_epoch(train, validation);
@@ -237,19 +231,19 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
 }
 
 bool Trainer::step_limit_reached() const noexcept {
-  return options_.max_steps() >= 0 && state_.step >= options_.max_steps();
+  return run_options_.max_steps() >= 0 && state_.step >= run_options_.max_steps();
 }
 
 bool Trainer::training_finished() const noexcept {
   return stopping() || step_limit_reached() ||
-         (options_.max_epochs() >= 0 && state_.epoch >= options_.max_epochs());
+         (run_options_.max_epochs() >= 0 && state_.epoch >= run_options_.max_epochs());
 }
 
 void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   state_.batch_in_epoch = 0;
   state_.training = true;
   epoch_finished_ = false;
-  state_.accumulate_grad_batches = options_.accumulate_grad_batches_at(state_.epoch);
+  state_.accumulate_grad_batches = run_options_.accumulate_grad_batches_at(state_.epoch);
   open(Event::EpochStart, Event::EpochEnd);
   start_training_epoch(train);
   bool more = true;  // the data has batches left
@@ -274,7 +268,7 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
       state_.metrics.latest("train_loss").epoch == state_.epoch) {
     state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
   }
-  const auto every = options_.val_every_n_epochs();
+  const auto every = run_options_.val_every_n_epochs();
   if (validation && every > 0 && !stopping() && (state_.epoch + 1) % every == 0) {
     run_evaluation(*validation);
   }
@@ -352,7 +346,7 @@ void Trainer::run_step(bool can_validate) {
   state_.update_skipped = !update;
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
   // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
-  const auto every = options_.val_every_n_steps();
+  const auto every = run_options_.val_every_n_steps();
   state_.validation_follows = can_validate && every > 0 && update && state_.step % every == 0;
   close();  // StepEnd
   state_.update_skipped = false;
@@ -417,7 +411,7 @@ void Trainer::backward(const at::Tensor& loss) {
 }
 
 void Trainer::clear_gradients() {
-  if (!options_.set_grads_to_none()) {
+  if (!run_options_.set_grads_to_none()) {
     optimizer_.zero_grad();
     return;
   }
@@ -427,10 +421,10 @@ void Trainer::clear_gradients() {
 }
 
 void Trainer::clip_gradients() {
-  if (options_.gradient_clip_norm() > 0.0) {
-    torch::nn::utils::clip_grad_norm_(parameters_, options_.gradient_clip_norm());
-  } else if (options_.gradient_clip_value() > 0.0) {
-    torch::nn::utils::clip_grad_value_(parameters_, options_.gradient_clip_value());
+  if (run_options_.gradient_clip_norm() > 0.0) {
+    torch::nn::utils::clip_grad_norm_(parameters_, run_options_.gradient_clip_norm());
+  } else if (run_options_.gradient_clip_value() > 0.0) {
+    torch::nn::utils::clip_grad_value_(parameters_, run_options_.gradient_clip_value());
   }
 }
 
@@ -441,7 +435,7 @@ void Trainer::move_to_device(Batch& batch) const {
   if (batch.target.defined() && batch.target.device() != state_.device) {
     batch.target = batch.target.to(state_.device);
   }
-  if (options_.channels_last() && batch.data.defined() && batch.data.dim() == 4) {
+  if (run_options_.channels_last() && batch.data.defined() && batch.data.dim() == 4) {
     batch.data = batch.data.contiguous(at::MemoryFormat::ChannelsLast);
   }
 }
@@ -452,7 +446,7 @@ at::Tensor Trainer::run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch
                                       const char* what) {
   at::Tensor loss;
   try {
-    const detail::AutocastScope autocast(options_.precision(), state_.device.type());
+    const detail::AutocastScope autocast(run_options_.precision(), state_.device.type());
     loss = (this->*step)(batch);
   } catch (const CancelBatch&) {
     state_.cancelled = true;
@@ -515,9 +509,10 @@ double Trainer::evaluate_source(BatchSource& data) {
     ~Context() { trainer.set_action(Action::None); }
   } context{*this};
   set_action(Action::Evaluate);
+  run_options_ = options_.effective();
   prepare_run();
   val_batch_limit_ =
-      options_.effective().limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
+      run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
   at::Tensor mean_loss;
   run_action([&] { mean_loss = run_evaluation(data); });
   return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
@@ -529,7 +524,7 @@ double Trainer::evaluate_source(BatchSource& data) {
 // subscribers.
 void Trainer::run_sanity_check(BatchSource& validation) {
   const auto configured_limit = val_batch_limit_;
-  const auto steps = options_.num_sanity_val_steps();
+  const auto steps = run_options_.num_sanity_val_steps();
   if (steps > 0)
     val_batch_limit_ = configured_limit < 0 ? steps : std::min(steps, configured_limit);
   const MetricHistory metrics = state_.metrics;

@@ -213,7 +213,8 @@ class Trainer {
   Forward forward_;
   torch::optim::Optimizer& optimizer_;
   LossFunction loss_;
-  TrainerOptions options_;
+  TrainerOptions options_;      // as configured
+  TrainerOptions run_options_;  // the current action's: options_ with fast_dev_run's overrides
   StepFunction train_step_;
   StepFunction eval_step_;
   EventPublisher publisher_;
