@@ -671,6 +671,42 @@ void exit_if_signalled_during_startup() {
 }
 
 /// Refuses data that cannot be shared among `world_size` ranks: each validates its share.
+/// This rank's shards of the data, in batches of --batch-size on every rank.
+struct RankBatches {
+  train::ShuffledBatches train;       ///< shuffled, as many batches on every rank
+  train::ShuffledBatches validation;  ///< in order, every sample once
+};
+
+RankBatches rank_batches(const Flags& flags, const train::Dataset& data,
+                         const torchbus::ProcessGroup& group) {
+  const int rank = group.rank();
+  const int world_size = group.world_size();
+  return {train::ShuffledBatches(data.train_inputs, data.train_targets, flags.batch_size,
+                                 /*shuffle=*/true, flags.seed,
+                                 {rank, world_size, /*equal_sizes=*/true}),
+          train::ShuffledBatches(data.validation_inputs, data.validation_targets, flags.batch_size,
+                                 /*shuffle=*/false, flags.seed,
+                                 {rank, world_size, /*equal_sizes=*/false})};
+}
+
+/// Refuses a --limit-*-batches fraction that keeps no batch of this data: a usage error, found
+/// before OUT is touched (a --fast-dev-run ignores both flags).
+void check_batch_limits(const Flags& flags, const RankBatches& batches) {
+  const auto check = [](const std::string& text, std::int64_t size, const char* flag) {
+    if (text.empty()) return;
+    try {
+      parse_batch_limit(text)->batches_per_pass(size, flag);
+    } catch (const torchbus::ConfigError& error) {
+      throw UsageError(error.what());
+    }
+  };
+  if (flags.fast_dev_run > 0) return;
+  check(flags.limit_train_batches, batches.train.batches_per_epoch(), "--limit-train-batches");
+  if (validates(flags)) {
+    check(flags.limit_val_batches, batches.validation.batches_per_epoch(), "--limit-val-batches");
+  }
+}
+
 void check_shardable(const Flags& flags, const train::Dataset& data, int world_size) {
   const auto rows = data.validation_inputs.size(0);
   TORCHBUS_CHECK(!validates(flags) || rows >= world_size, torchbus::DataError,
@@ -797,6 +833,7 @@ int run(Flags flags) {
     torch::manual_seed(flags.seed);
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
+    check_batch_limits(flags, rank_batches(flags, data, *group));
     model = make_model(flags, data);
     if (flags.find_lr) {
       lr_found = find_lr(flags, data, model, world_size);
@@ -848,15 +885,9 @@ int run(Flags flags) {
   trainer.set_process_group(group);  // the log lines of a world of several name their rank
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
-  // Each rank reads its shard: batches of --batch-size on every rank.
-  train::ShuffledBatches train_batches(data.train_inputs, data.train_targets, flags.batch_size,
-                                       /*shuffle=*/true, flags.seed,
-                                       {group->rank(), world_size, /*equal_sizes=*/true});
-  train::ShuffledBatches validation_batches(data.validation_inputs, data.validation_targets,
-                                            flags.batch_size, /*shuffle=*/false, flags.seed,
-                                            {group->rank(), world_size, /*equal_sizes=*/false});
+  auto batches = rank_batches(flags, data, *group);
   trainer.add(std::make_shared<train::Accuracy>());
-  add_steering_callbacks(trainer, flags, options, train_batches.batches_per_epoch());
+  add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
   const auto outputs =
       torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
                                                    .run_dir(out.string())
@@ -915,7 +946,7 @@ int run(Flags flags) {
         flags.fast_dev_run);
   }
   log->info("training: {} epochs of {} batches of {}{}, accumulate {}, {} lr {}, precision {}",
-            flags.epochs, train_batches.batches_per_epoch(), flags.batch_size,
+            flags.epochs, batches.train.batches_per_epoch(), flags.batch_size,
             world_size > 1 ? fmt::format(" on each of {} ranks", world_size) : std::string(),
             flags.accumulate, flags.optimizer, flags.lr, flags.precision);
   train::run_agreed(*group, [&] {
@@ -957,7 +988,7 @@ int run(Flags flags) {
   std::string stop_reason;
   int exit_code = 0;
   try {
-    trainer.fit_sources(train_batches, validates(flags) ? &validation_batches : nullptr);
+    trainer.fit_sources(batches.train, validates(flags) ? &batches.validation : nullptr);
     seconds = elapsed();
     stop_reason = stop_reason_of(state, flags);
     const int signal = train::received_stop_signal();

@@ -743,6 +743,16 @@ BOOST_AUTO_TEST_CASE(bad_quick_run_values_are_usage_errors_naming_the_flag) {
   const auto limit = run_train("--limit-train-batches 0 --out " + out);
   BOOST_TEST(has(limit.output, "--limit-train-batches"));
   BOOST_TEST(!fs::exists(fs::path(out) / "train.log"));
+  // A fraction that keeps no batch of this data is found before OUT is created.
+  const auto untouched = scratch("train_test", "fraction_of_no_batch");
+  fs::remove_all(untouched);
+  for (const auto* flag : {"--limit-train-batches", "--limit-val-batches"}) {
+    const auto tiny = run_train(std::string(flag) + " 0.000001 --out " + untouched.string());
+    BOOST_TEST(tiny.status == 2, tiny.output);
+    BOOST_TEST(has(tiny.output, std::string(flag) + " is the fraction 1e-06 of "), tiny.output);
+    BOOST_TEST(has(tiny.output, "which rounds down to 0 batches"), tiny.output);
+    BOOST_TEST(!fs::exists(untouched), tiny.output);
+  }
   const auto help = run_train("--help");
   for (const auto* flag : {"--fast-dev-run", "--limit-train-batches", "--limit-val-batches",
                            "--sanity-val-steps", "--accumulate-schedule"}) {
