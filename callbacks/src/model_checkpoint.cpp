@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/checkpoint.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
@@ -96,13 +97,20 @@ void ModelCheckpoint::on_epoch_end(State& state) {
 
 void ModelCheckpoint::on_action_end(State& state) {
   const bool failed = static_cast<bool>(state.error);
+  // A resumed run that made no step (it had finished) holds nothing its checkpoint does not.
+  const bool stopped_since_saved =
+      state.stop_requested() && state.step != last_saved_step_ && state.step != resumed_step_;
   if (!failed && state.action == Action::Fit &&
-      (pending_ ||
-       (state.stop_requested() && options_.save_on_stop() && state.step != last_saved_step_))) {
+      (pending_ || (stopped_since_saved && options_.save_on_stop()))) {
     save(state, /*at_epoch_end=*/false);
   }
   pending_ = false;
+  resumed_step_ = -1;
   flush();
+}
+
+void ModelCheckpoint::on_load_checkpoint(const Checkpoint& checkpoint) {
+  resumed_step_ = checkpoint.step;
 }
 
 void ModelCheckpoint::on_exception(State&) {

@@ -110,10 +110,15 @@ void replace_with_symlink(const fs::path& link, const fs::path& target) {
 int remove_stale_temporaries(const fs::path& directory) {
   int removed = 0;
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    if ((entry.is_regular_file() || entry.is_symlink()) &&
-        entry.path().filename().string().find(kTemporaryMarker) != std::string::npos) {
-      if (fs::remove(entry.path(), error)) ++removed;
+  fs::directory_iterator entries(directory, error);
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    // The entry's own type, never followed: a loop of symbolic links is an odd entry, not an error.
+    std::error_code status_error;
+    const auto status = fs::symlink_status(entries->path(), status_error);
+    if (!status_error && (fs::is_regular_file(status) || fs::is_symlink(status)) &&
+        entries->path().filename().string().find(kTemporaryMarker) != std::string::npos) {
+      std::error_code remove_error;
+      if (fs::remove(entries->path(), remove_error)) ++removed;
     }
   }
   return removed;

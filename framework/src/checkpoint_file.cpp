@@ -116,20 +116,34 @@ void write_checkpoint_file(const fs::path& path, std::string_view bytes) {
   }
 }
 
-std::vector<CheckpointCandidate> valid_checkpoints(const fs::path& directory) {
+std::vector<CheckpointCandidate> valid_checkpoints(const fs::path& directory,
+                                                   std::vector<std::string>* skipped) {
   std::vector<CheckpointCandidate> found;
-  std::vector<fs::file_time_type> times;
+  const auto skip = [&](const std::string& why) {
+    logger()->warn("skipping checkpoint: {}", why);
+    if (skipped != nullptr) skipped->push_back(why);
+  };
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    if (!entry.is_regular_file() || entry.is_symlink() ||
-        entry.path().extension() != kCheckpointExtension) {
+  fs::directory_iterator entries(directory, error);
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    const auto& path = entries->path();
+    if (path.extension() != kCheckpointExtension) continue;
+    // Symbolic links (ModelCheckpoint's `last` link, a loop of them) are never followed: what
+    // they point at is listed itself. Other odd entries (a directory, a device) are skipped.
+    std::error_code status_error;
+    const auto status = fs::symlink_status(path, status_error);
+    if (!status_error && fs::is_symlink(status)) continue;
+    if (status_error || !fs::is_regular_file(status)) {
+      skip(detail::concat(path.string(), " is not a regular file (",
+                          status_error ? status_error.message() : "a directory, device or pipe",
+                          ")"));
       continue;
     }
-    CheckpointCandidate candidate{entry.path(), {}};
+    CheckpointCandidate candidate{path, {}};
     try {
       read_checkpoint_payload(candidate.path, &candidate.header);
     } catch (const CheckpointError& failure) {
-      logger()->warn("skipping checkpoint: {}", failure.what());
+      skip(failure.what());
       continue;
     }
     found.push_back(std::move(candidate));

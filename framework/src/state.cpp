@@ -3,15 +3,17 @@
 
 namespace torchbus {
 
-void State::request_stop(std::string reason) {
+void State::request_stop(std::string reason, StopKind kind) {
   if (stop_requested_) return;
   stop_requested_ = true;
   stop_reason_ = std::move(reason);
+  stop_kind_ = kind;
 }
 
 void State::clear_stop() noexcept {
   stop_requested_ = false;
   stop_reason_.clear();
+  stop_kind_ = StopKind::Finished;
 }
 
 void State::request_epoch_end(std::string reason) {

@@ -126,7 +126,6 @@ void Trainer::run_action(Body&& body) {
     bool& running;
     ~Finish() { running = false; }
   } finish{running_};
-  state_.clear_stop();
   state_.clear_epoch_end();
   state_.error = nullptr;
   state_.error_message.clear();
@@ -219,6 +218,8 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   if (run_options_.precision() == Precision::FP16Mixed)
     loss_scaler_.emplace(run_options_.loss_scaler());
   state_.sanity_checking = false;
+  state_.clear_stop();  // a resume restores the stop that ended the run, if one did
+  resume_skip_ = 0;     // and the batches of its epoch already trained
   const bool fresh = !resume_path_;
   if (resume_path_) restore_for_resume();
   run_action([&] {
@@ -509,6 +510,7 @@ double Trainer::evaluate_source(BatchSource& data) {
     ~Context() { trainer.set_action(Action::None); }
   } context{*this};
   set_action(Action::Evaluate);
+  state_.clear_stop();
   run_options_ = options_.effective();
   prepare_run();
   val_batch_limit_ =

@@ -116,6 +116,19 @@ NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items) {
   return out;
 }
 
+/// What went wrong, in one line of at most 200 characters (LibTorch's errors carry a trace).
+std::string reason_of(const std::exception& error) {
+  if (dynamic_cast<const std::bad_alloc*>(&error) != nullptr) {
+    return "it announces more memory than can be allocated (std::bad_alloc)";
+  }
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  std::string text = torch_error ? torch_error->what_without_backtrace() : error.what();
+  text = text.substr(0, text.find('\n')).substr(0, 200);
+  return text.empty()
+             ? detail::concat("an error of type ", type_name(typeid(error)), " without a message")
+             : text;
+}
+
 /// Reads the entries of one checkpoint, naming the file in every error.
 class CheckpointReader {
  public:
@@ -124,8 +137,8 @@ class CheckpointReader {
     try {
       std::istringstream in(payload);
       archive_.load_from(in);
-    } catch (const c10::Error& error) {
-      fail("cannot be parsed: ", std::string(error.what_without_backtrace()).substr(0, 200));
+    } catch (const std::exception& error) {
+      fail("cannot be parsed: ", reason_of(error));
     }
   }
 
@@ -221,6 +234,23 @@ std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) 
   return sizes;
 }
 
+/// Loads `archive` into `optimizer`; if that fails, restores the state it had and rethrows.
+void load_optimizer_or_restore(torch::optim::Optimizer& optimizer, InputArchive& archive) {
+  std::ostringstream previous;
+  OutputArchive backup;
+  optimizer.save(backup);
+  backup.save_to(previous);
+  try {
+    optimizer.load(archive);
+  } catch (...) {
+    std::istringstream in(previous.str());
+    InputArchive restore;
+    restore.load_from(in);
+    optimizer.load(restore);
+    throw;
+  }
+}
+
 }  // namespace
 
 std::string Trainer::checkpoint_bytes(const fs::path& path) {
@@ -229,8 +259,10 @@ std::string Trainer::checkpoint_bytes(const fs::path& path) {
                  "runs), not between StepStart and the end of the optimizer step");
   // Where the run continues: the next epoch when the current one has finished.
   const bool next_epoch = epoch_finished_;
+  const bool finished = state_.stop_requested() && state_.stop_kind() == StopKind::Finished;
   const Checkpoint checkpoint{path, state_.step, next_epoch ? state_.epoch + 1 : state_.epoch,
-                              next_epoch ? 0 : state_.batch_in_epoch};
+                              next_epoch ? 0 : state_.batch_in_epoch,
+                              finished ? state_.stop_reason() : std::string()};
   for (const auto& callback : bus().callbacks()) {
     if (callback->runs_on(state_.rank)) callback->on_save_checkpoint(checkpoint);
   }
@@ -240,6 +272,8 @@ std::string Trainer::checkpoint_bytes(const fs::path& path) {
   archive.write("position", c10::IValue(std::vector<std::int64_t>{checkpoint.epoch, checkpoint.step,
                                                                   checkpoint.batch_in_epoch,
                                                                   state_.global_batch}));
+  // The run's end: a resume from this checkpoint trains nothing (absent: it goes on).
+  if (finished) archive.write("stop_reason", c10::IValue(checkpoint.stop_reason));
   archive.write("rng", rng_now);
   archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(cuda_rng_states())));
   archive.write("epoch_start_rng",
@@ -340,10 +374,32 @@ void Trainer::restore_for_resume() {
   }
   logger()->info("resumed from {} at epoch {}, step {}, batch {} of the epoch", path.string(),
                  state_.epoch + 1, state_.step, state_.batch_in_epoch);
+  if (state_.stop_requested()) {
+    logger()->info("the run had already finished there ({}): nothing to train",
+                   state_.stop_reason());
+  }
 }
 
 void Trainer::load_checkpoint(const fs::path& path) {
   ensure_idle();
+  try {
+    apply_checkpoint(path);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // A payload that passed its CRC but holds what LibTorch cannot read (a forged or damaged
+    // file): the file is named, so that a resume skips it for an older one.
+    throw CheckpointError(
+        detail::concat("checkpoint ", path.string(), " cannot be loaded: ", reason_of(error)));
+  }
+  const Checkpoint checkpoint{path, state_.step, state_.epoch, state_.batch_in_epoch,
+                              state_.stop_requested() ? state_.stop_reason() : std::string()};
+  for (const auto& callback : bus().callbacks()) {
+    if (callback->runs_on(state_.rank)) callback->on_load_checkpoint(checkpoint);
+  }
+}
+
+void Trainer::apply_checkpoint(const fs::path& path) {
   CheckpointReader reader(path);
   // 1. Read and validate everything; nothing changes yet.
   const auto& identity = options_.run_identity();
@@ -410,6 +466,9 @@ void Trainer::load_checkpoint(const fs::path& path) {
                    saved_options);
   }
   const auto epoch_start_rng = reader.tensor("epoch_start_rng");
+  const auto stop_reason = reader.optional_value("stop_reason");
+  if (!stop_reason.isNone() && !stop_reason.isString())
+    reader.fail("has a malformed 'stop_reason' entry");
   std::vector<std::pair<std::string, std::vector<MetricPoint>>> metrics;
   const auto metric_names = split_lines(reader.value("metric_names").toStringRef());
   for (std::size_t i = 0; i < metric_names.size(); ++i) {
@@ -456,10 +515,11 @@ void Trainer::load_checkpoint(const fs::path& path) {
                      path.string(), name);
     }
   }
-  // 3. Validated: apply.
+  // 3. Validated: apply. The optimizer's state first: a damaged file may hold state that it
+  // cannot take (its entries are only read here), and then the optimizer is put back as it was.
+  load_optimizer_or_restore(optimizer_, optimizer_archive);
   copy_into(parameters, current_parameters);
   copy_into(buffers, current_buffers);
-  optimizer_.load(optimizer_archive);
   loss_scaler_ = loss_scaler;
   bus().restore_filter_counts(filter_counts);
   state_.metrics.clear();
@@ -473,9 +533,26 @@ void Trainer::load_checkpoint(const fs::path& path) {
   epoch_start_rng_ = epoch_start_rng;
   set_cpu_rng_state(rng);
   set_cuda_rng_states(cuda_rng);
-  const Checkpoint checkpoint{path, state_.step, state_.epoch, state_.batch_in_epoch};
-  for (const auto& callback : bus().callbacks()) {
-    if (callback->runs_on(state_.rank)) callback->on_load_checkpoint(checkpoint);
+  state_.clear_stop();
+  if (stop_reason.isString()) state_.request_stop(stop_reason.toStringRef(), StopKind::Finished);
+}
+
+Checkpoint read_checkpoint_position(const fs::path& path) {
+  try {
+    CheckpointReader reader(path);
+    const auto position = reader.value("position").toIntVector();
+    if (position.size() != 4) reader.fail("has a malformed 'position' entry");
+    const auto stop_reason = reader.optional_value("stop_reason");
+    if (!stop_reason.isNone() && !stop_reason.isString()) {
+      reader.fail("has a malformed 'stop_reason' entry");
+    }
+    return {path, position[1], position[0], position[2],
+            stop_reason.isString() ? stop_reason.toStringRef() : std::string()};
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw CheckpointError(
+        detail::concat("checkpoint ", path.string(), " cannot be read: ", reason_of(error)));
   }
 }
 

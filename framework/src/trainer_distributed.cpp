@@ -6,6 +6,8 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/trainer.hpp>
 
+#include <algorithm>
+
 namespace torchbus {
 namespace {
 
@@ -15,8 +17,11 @@ enum StatusSlot : std::int64_t {
   kRanksWithBackward,     // ranks that ran a backward in the window
   kRanksSkipping,         // ranks that set skip_update before the gradients left
   kRanksUpdatedLastStep,  // ranks that applied the previous step's update: 0 or all
-  kStopFlags,             // then one per rank: 1 where a stop was requested
+  kStopFlags,             // then one per rank: a StopFlag
 };
+
+/// A rank's stop request in the status: none, or the StopKind it asked for.
+enum StopFlag : int { kNoStop = 0, kStopFinished = 1, kStopInterrupted = 2 };
 
 }  // namespace
 
@@ -37,7 +42,7 @@ bool Trainer::distributed() const noexcept {
 }
 
 void Trainer::start_process_group() {
-  stop_agreed_ = false;
+  stop_agreed_ = state_.stop_requested();  // a resumed run that had finished: every rank alike
   updated_last_step_ = false;
   reducer_.reset();
   if (distributed()) {
@@ -62,7 +67,9 @@ void Trainer::synchronize_gradients() {
   status[kRanksWithBackward] = window_has_backward_ ? 1.0 : 0.0;
   status[kRanksSkipping] = state_.skip_update ? 1.0 : 0.0;
   status[kRanksUpdatedLastStep] = updated_last_step_ ? 1.0 : 0.0;
-  status[kStopFlags + state_.rank] = state_.stop_requested() ? 1.0 : 0.0;
+  status[kStopFlags + state_.rank] = !state_.stop_requested()                   ? kNoStop
+                                     : state_.stop_kind() == StopKind::Finished ? kStopFinished
+                                                                                : kStopInterrupted;
   reducer_->status().copy_(status_host_);
   if (window_has_backward_) status_loss_.copy_(window_loss_.detach());
   reducer_->reduce();
@@ -80,8 +87,9 @@ void Trainer::synchronize_gradients() {
   if (window_has_backward_) window_loss_ = status_loss_.reshape({}) / ranks_with_backward;
   if (status[kRanksSkipping] > 0.0) state_.skip_update = true;
   for (int rank = 0; rank < state_.world_size; ++rank) {
-    if (status[kStopFlags + rank] > 0.0) {
-      adopt_stop_of(rank);
+    const auto flag = status[kStopFlags + rank];
+    if (flag != kNoStop) {
+      adopt_stop_of(rank, flag == kStopFinished ? StopKind::Finished : StopKind::Interrupted);
       break;
     }
   }
@@ -90,13 +98,19 @@ void Trainer::synchronize_gradients() {
 void Trainer::agree_on_stop() {
   if (!distributed()) return;
   const auto stopping = process_group_->ranks_with(state_.stop_requested());
-  if (!stopping.empty()) adopt_stop_of(stopping.front());
+  if (stopping.empty()) return;
+  // Rare (the run ends): a second round tells whether the first stopping rank's stop is final.
+  const auto interrupted = process_group_->ranks_with(state_.stop_requested() &&
+                                                      state_.stop_kind() == StopKind::Interrupted);
+  const bool first_interrupted =
+      std::find(interrupted.begin(), interrupted.end(), stopping.front()) != interrupted.end();
+  adopt_stop_of(stopping.front(), first_interrupted ? StopKind::Interrupted : StopKind::Finished);
 }
 
-void Trainer::adopt_stop_of(int rank) {
+void Trainer::adopt_stop_of(int rank, StopKind kind) {
   stop_agreed_ = true;
   if (!state_.stop_requested()) {
-    state_.request_stop(detail::concat("rank ", rank, " requested a stop"));
+    state_.request_stop(detail::concat("rank ", rank, " requested a stop"), kind);
   }
 }
 

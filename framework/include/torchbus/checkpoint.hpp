@@ -1,10 +1,12 @@
 #pragma once
 
 /// \file
-/// Checkpoint: what class callbacks are told about a checkpoint the trainer writes or has read.
+/// Checkpoint: what class callbacks are told about a checkpoint the trainer writes or has read, and
+/// how to read it from a file without a trainer.
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 namespace torchbus {
 
@@ -16,6 +18,14 @@ struct Checkpoint {
   std::int64_t step = 0;            ///< optimizer steps the checkpoint holds
   std::int64_t epoch = 0;           ///< the epoch a run resumed from it continues in
   std::int64_t batch_in_epoch = 0;  ///< batches of that epoch it has already trained
+  /// Why the run ended at this checkpoint (a StopKind::Finished stop); empty when a resume from
+  /// it goes on training.
+  std::string stop_reason;
 };
+
+/// The position and end of the run that the checkpoint file `path` holds, read and verified
+/// (framing, CRC and the whole payload parsed); throws CheckpointError naming the file and what is
+/// wrong with it.
+Checkpoint read_checkpoint_position(const std::filesystem::path& path);
 
 }  // namespace torchbus

@@ -37,8 +37,12 @@ struct CheckpointCandidate {
 };
 
 /// The valid checkpoints in `directory` (missing: none), newest first: most steps first, the
-/// later written first on a tie. Corrupt ones are named in the log and skipped.
-std::vector<CheckpointCandidate> valid_checkpoints(const std::filesystem::path& directory);
+/// later written first on a tie. Symbolic links are not followed; corrupt files and odd entries
+/// named
+/// `*.tbckpt` (directories, devices) are named in the log and skipped; `skipped`, when given,
+/// receives one message per skipped entry, naming it and what is wrong with it.
+std::vector<CheckpointCandidate> valid_checkpoints(const std::filesystem::path& directory,
+                                                   std::vector<std::string>* skipped = nullptr);
 
 /// The valid checkpoint in `directory` with the most steps (the newest written on a tie); corrupt
 /// ones are named in the log and skipped. Nothing when there is none or no directory.

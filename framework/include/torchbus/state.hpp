@@ -32,6 +32,12 @@ enum class Action {
   Evaluate,  ///< evaluate()
 };
 
+/// What a stop request means for the run (State::request_stop).
+enum class StopKind {
+  Finished,     ///< the run is over: a checkpoint keeps the decision, a resume trains nothing
+  Interrupted,  ///< the run is paused (a signal, a pre-emption): a resume continues training
+};
+
 /// Shared state of a run, passed as `State&` to every slot. Counters are plain fields.
 struct State {
   // Counters. All are 0-based indices except `step`, which counts completed optimizer steps.
@@ -82,12 +88,17 @@ struct State {
   std::exception_ptr error;   ///< the exception escaping the run, set before Exception fires
   std::string error_message;  ///< its what(), for logging
 
-  /// Asks the run to stop at the next step boundary; the first reason given is kept.
-  void request_stop(std::string reason);
+  /// Asks the run to stop at the next step boundary; the first reason given is kept. A
+  /// `StopKind::Finished` stop ends the run for good (a checkpoint taken at it remembers it, and a
+  /// resume from that checkpoint trains nothing); `StopKind::Interrupted` only pauses it (a signal,
+  /// a pre-emption: a resume continues training).
+  void request_stop(std::string reason, StopKind kind = StopKind::Finished);
   /// Whether a stop was requested.
   bool stop_requested() const noexcept { return stop_requested_; }
   /// Why the run stops (empty when it does not).
   const std::string& stop_reason() const noexcept { return stop_reason_; }
+  /// Whether the requested stop ends the run or interrupts it (meaningful when one was requested).
+  StopKind stop_kind() const noexcept { return stop_kind_; }
   /// Forgets a stop request (at the start of an action).
   void clear_stop() noexcept;
 
@@ -120,6 +131,7 @@ struct State {
 
   bool stop_requested_ = false;
   std::string stop_reason_;
+  StopKind stop_kind_ = StopKind::Finished;
   bool epoch_end_requested_ = false;
   std::string epoch_end_reason_;
   Trainer* trainer_ = nullptr;

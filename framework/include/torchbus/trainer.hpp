@@ -153,9 +153,10 @@ class Trainer {
   /// Makes the next fit() continue from `path`: a checkpoint file, or a directory whose newest
   /// valid checkpoint is used.
   void resume_from(std::filesystem::path path);
-  /// Restores the checkpoint at `path` now. Everything is validated before anything changes; a
-  /// mismatch throws CheckpointError naming what differs. Then calls every callback's
-  /// `on_load_checkpoint`.
+  /// Restores the checkpoint at `path` now, the run's end included (a run that had finished
+  /// trains nothing more). Everything is validated before anything changes; a mismatch, or a file
+  /// that cannot be read for any reason, throws CheckpointError naming the file and what is wrong.
+  /// Then calls every callback's `on_load_checkpoint`.
   void load_checkpoint(const std::filesystem::path& path);
 
   /// Runs the model's forward pass.
@@ -194,7 +195,7 @@ class Trainer {
   void start_process_group();
   void synchronize_gradients();
   void agree_on_stop();
-  void adopt_stop_of(int rank);
+  void adopt_stop_of(int rank, StopKind kind);
   bool stopping() const noexcept;
   void move_to_device(Batch& batch) const;
   bool training_finished() const noexcept;
@@ -204,6 +205,7 @@ class Trainer {
   void prepare_to_add(Callback* callback);  // checks it and calls its on_added
   void set_action(Action action) noexcept;  // and the state's trainer context
   void restore_for_resume();
+  void apply_checkpoint(const std::filesystem::path& path);
   void start_training_epoch(BatchSource& train);
   void fire(Event event);
   void open(Event start, Event end);

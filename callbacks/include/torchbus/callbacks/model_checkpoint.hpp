@@ -70,6 +70,7 @@ class ModelCheckpoint : public Callback {
   void on_epoch_end(State& state) override;
   void on_action_end(State& state) override;
   void on_exception(State& state) override;
+  void on_load_checkpoint(const Checkpoint& checkpoint) override;
   void save_state(torch::serialize::OutputArchive& archive) const override;
   void load_state(torch::serialize::InputArchive& archive) override;
 
@@ -103,6 +104,7 @@ class ModelCheckpoint : public Callback {
   std::unique_ptr<CheckpointWriter> writer_;
   std::vector<Kept> kept_;
   std::int64_t last_saved_step_ = -1;
+  std::int64_t resumed_step_ = -1;  // the step of the checkpoint this fit resumed from
   std::int64_t last_saved_epoch_ = -1;
   std::int64_t evaluations_ = 0;              // validations seen during fit
   std::int64_t last_saved_evaluations_ = -1;  // ... when the last checkpoint was taken

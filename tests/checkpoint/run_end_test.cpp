@@ -1,0 +1,185 @@
+// A run's end is part of its state: a checkpoint taken at a finishing stop makes a resume train
+// nothing; an interruption resumes; a checkpoint that cannot be read for any reason is named and
+// skipped, and odd entries of a checkpoint folder are never followed.
+
+#include "resume_setup.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <support/crc32c.hpp>
+#include <support/scratch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+using namespace torchbus;
+using namespace torchbus::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Runs ResumeRun, stops it at step 5 with `kind` and saves a checkpoint at that StepEnd.
+ResumeRun& stopped_run(ResumeRun& run, StopKind kind, const fs::path& file) {
+  run.trainer.on(Event::StepEnd, [&, kind](State& s) {
+    if (s.step != 5) return;
+    s.request_stop("enough at step 5", kind);
+    run.trainer.save_checkpoint(file);
+  });
+  run.fit();
+  return run;
+}
+
+std::string bytes_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// `original` (a framed checkpoint) with its payload replaced by `payload` and a CRC that matches.
+std::string reframed(const std::string& original, std::size_t payload_size,
+                     const std::string& payload) {
+  // Version 2: ... payload size (8 bytes), CRC-32C of everything before it and the payload (4).
+  auto framed = original.substr(0, original.size() - payload_size - 12);
+  for (int i = 0; i < 8; ++i) {
+    framed.push_back(
+        static_cast<char>((static_cast<std::uint64_t>(payload.size()) >> (8 * i)) & 0xFF));
+  }
+  const auto covered = framed + payload;
+  const auto crc = crc32c(covered.data(), covered.size());
+  for (int i = 0; i < 4; ++i) framed.push_back(static_cast<char>((crc >> (8 * i)) & 0xFF));
+  return framed + payload;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(run_end)
+
+BOOST_AUTO_TEST_CASE(a_finished_stop_is_kept_and_a_resume_trains_nothing) {
+  const auto file = scratch("run_end", "finished") / "stop.tbckpt";
+  ResumeRun first;
+  stopped_run(first, StopKind::Finished, file);
+  BOOST_TEST(first.trainer.state().step == 5);
+  BOOST_TEST(read_checkpoint_position(file).stop_reason == "enough at step 5");
+
+  ResumeRun resumed(/*init_seed=*/99);
+  std::string events;
+  for (const auto event : {Event::ActionStart, Event::EpochStart, Event::StepStart,
+                           Event::BatchStart, Event::EpochEnd, Event::ActionEnd}) {
+    resumed.trainer.on(event, [&events, event](State&) { events += std::string(to_string(event)) + " "; });
+  }
+  resumed.trainer.resume_from(file);
+  resumed.fit();
+  BOOST_TEST(events == "ActionStart ActionEnd ");
+  BOOST_TEST(resumed.seen.empty());
+  BOOST_TEST(resumed.trainer.state().step == 5);
+  BOOST_TEST(resumed.trainer.state().stop_requested());
+  BOOST_TEST((resumed.trainer.state().stop_kind() == StopKind::Finished));
+  BOOST_TEST(resumed.trainer.state().stop_reason() == "enough at step 5");
+  const auto a = first.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+
+  // A fresh fit() of the same trainer is a new run: the stop is forgotten.
+  resumed.fit();
+  BOOST_TEST(resumed.trainer.state().step == 12);
+}
+
+BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_weights) {
+  ResumeRun uninterrupted;
+  uninterrupted.fit();
+  const auto file = scratch("run_end", "interrupted") / "stop.tbckpt";
+  ResumeRun first;
+  stopped_run(first, StopKind::Interrupted, file);
+  BOOST_TEST(first.trainer.state().step == 5);
+  BOOST_TEST(read_checkpoint_position(file).stop_reason.empty());
+
+  ResumeRun resumed(/*init_seed=*/99);
+  resumed.trainer.resume_from(file);
+  resumed.fit();
+  BOOST_TEST(!resumed.trainer.state().stop_requested());
+  BOOST_TEST(resumed.trainer.state().step == 12);
+  const auto a = uninterrupted.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+}
+
+// Bytes changed inside the payload, then framed again with a matching CRC (as a forger, or a
+// damage before framing, would): every load either succeeds or is a CheckpointError naming the
+// file, never another exception; a folder resume skips the damaged file for the older one.
+BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_is_a_named_checkpoint_error) {
+  const auto folder = scratch("run_end", "damaged_payload");
+  ResumeRun run;
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step == 2 || s.step == 4) {
+      run.trainer.save_checkpoint(folder / ("step-" + std::to_string(s.step) + ".tbckpt"));
+    }
+  });
+  run.fit();
+  const auto original = bytes_of(folder / "step-4.tbckpt");
+  const auto payload = read_checkpoint_payload(folder / "step-4.tbckpt");
+  const auto damaged = folder / "damaged" / "step-4.tbckpt";
+  fs::create_directories(damaged.parent_path());
+  int rejected = 0;
+  const std::size_t trials = 48;
+  for (std::size_t trial = 0; trial < trials; ++trial) {
+    auto changed = payload;
+    const auto offset = payload.size() * trial / trials;
+    for (std::size_t i = offset; i < std::min(payload.size(), offset + 4); ++i) changed[i] = '`';
+    std::ofstream(damaged, std::ios::binary | std::ios::trunc)
+        << reframed(original, payload.size(), changed);
+    ResumeRun target(77);
+    for (const auto& load :
+         {std::function<void()>([&] { target.trainer.load_checkpoint(damaged); }),
+          std::function<void()>([&] { read_checkpoint_position(damaged); })}) {
+      try {
+        load();
+      } catch (const CheckpointError& error) {
+        ++rejected;
+        BOOST_TEST(std::string(error.what()).find(damaged.string()) != std::string::npos,
+                   error.what());
+      } catch (const std::exception& error) {
+        BOOST_ERROR("offset " << offset << ": not a CheckpointError: " << error.what());
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE(rejected << " of " << 2 * trials << " loads of damaged payloads refused");
+  BOOST_TEST(rejected > 0);
+
+  // A payload that is no archive at all, as the newest checkpoint of a folder: skipped, named.
+  std::ofstream(folder / "step-4.tbckpt", std::ios::binary | std::ios::trunc)
+      << reframed(original, payload.size(), "not an archive, though its CRC is right");
+  BOOST_CHECK_NO_THROW(read_checkpoint_payload(folder / "step-4.tbckpt"));
+  ResumeRun resumed(99);
+  resumed.trainer.resume_from(folder);
+  resumed.trainer.on(Event::ActionStart, [](State& s) { BOOST_TEST(s.step == 2); });
+  resumed.fit();
+  BOOST_TEST(resumed.trainer.state().step == 12);
+}
+
+BOOST_AUTO_TEST_CASE(odd_entries_of_a_checkpoint_folder_are_skipped_never_followed) {
+  const auto folder = scratch("run_end", "odd_entries");
+  ResumeRun run;
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step == 3) run.trainer.save_checkpoint(folder / "good.tbckpt");
+  });
+  run.fit();
+  fs::create_symlink("loop.tbckpt", folder / "loop.tbckpt");  // a link to itself
+  fs::create_symlink("good.tbckpt", folder / "link.tbckpt");
+  fs::create_directory(folder / "folder.tbckpt");
+  BOOST_TEST_REQUIRE(mkfifo((folder / "pipe.tbckpt").c_str(), 0600) == 0);
+  std::vector<std::string> skipped;
+  const auto found = valid_checkpoints(folder, &skipped);
+  BOOST_TEST_REQUIRE(found.size() == 1u);
+  BOOST_TEST(found.front().path == folder / "good.tbckpt");
+  BOOST_TEST_REQUIRE(skipped.size() == 2u);  // the folder and the pipe; links are not followed
+  for (const auto& message : skipped) {
+    BOOST_TEST(message.find("is not a regular file") != std::string::npos, message);
+  }
+  ResumeRun resumed(99);
+  resumed.trainer.resume_from(folder);
+  resumed.fit();
+  BOOST_TEST(resumed.trainer.state().step == 12);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
