@@ -9,6 +9,7 @@
 #include "rank_agreement.hpp"
 #include "run_directory.hpp"
 #include "run_lock.hpp"
+#include "run_start.hpp"
 #include "shuffled_batches.hpp"
 #include "stop_signals.hpp"
 #include "summary.hpp"
@@ -599,68 +600,6 @@ void log_to(const fs::path& directory, bool append) {
   torchbus::logger()->flush_on(spdlog::level::info);
 }
 
-/// Decides from OUT and the flags whether the run starts fresh or resumes, and clears what a
-/// fresh start replaces. Nothing is written before this has accepted the directory. Returns the
-/// checkpoint to resume from: the newest valid one of this identity (empty: a fresh start).
-fs::path prepare_run_directory(const Flags& flags, const std::string& identity) {
-  const fs::path out(flags.out);
-  const auto present = train::present_outputs(out);
-  auto log = torchbus::logger();
-  if (flags.resume || flags.overwrite) {
-    torchbus::remove_stale_temporaries(out);  // of a run killed while it replaced a file
-  }
-  if (!flags.resume) {
-    if (!present.empty() && !flags.overwrite) {
-      throw UsageError(fmt::format(
-          "--out {} already holds a run ({}); pass --resume to continue it or --overwrite to "
-          "replace it, or choose another --out",
-          flags.out, fmt::join(present, ", ")));
-    }
-    train::remove_outputs(out, present);
-    return {};
-  }
-  torchbus::remove_stale_temporaries(out / "checkpoints");
-  std::string others;
-  fs::path ours;
-  for (const auto& candidate : torchbus::valid_checkpoints(out / "checkpoints")) {
-    if (candidate.header.identity == identity) {
-      if (ours.empty()) ours = candidate.path;
-    } else {
-      others +=
-          fmt::format("\n  {}: {}", candidate.path.string(),
-                      candidate.header.identity.empty()
-                          ? std::string("written without a run identity")
-                          : torchbus::identity_differences(candidate.header.identity, identity));
-    }
-  }
-  if (!ours.empty()) {
-    if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
-    train::remove_outputs(out, {"summary.json"});  // a resume that fails must not look finished
-    return ours;
-  }
-  if (!others.empty()) {
-    throw torchbus::CheckpointError(fmt::format(
-        "cannot resume: every checkpoint in {} belongs to another run (option: checkpoint -> "
-        "now):{}\nUse the options of that run, another --out, or --overwrite to replace it.",
-        (out / "checkpoints").string(), others));
-  }
-  const auto recorded = train::read_identity(out);
-  if (recorded && *recorded != identity) {
-    throw torchbus::Error(fmt::format(
-        "cannot resume: {} holds another run, which has no checkpoint ({}); use its options, "
-        "another --out, or --overwrite",
-        flags.out, torchbus::identity_differences(*recorded, identity)));
-  }
-  log->warn("--resume: {} holds no checkpoint of this run yet; starting it from scratch",
-            (out / "checkpoints").string());
-  std::vector<std::string> partial;  // what an attempt killed before its first checkpoint left
-  for (const auto& name : present) {
-    if (name != "train.log") partial.push_back(name);
-  }
-  train::remove_outputs(out, partial);
-  return {};
-}
-
 /// Ends the run during start-up when a stop signal arrived: nothing of a run is written.
 void exit_if_signalled_during_startup() {
   if (const int signal = train::received_stop_signal()) {
@@ -748,7 +687,7 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
           .use_registered_subscriptions(false));
   trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
     if (const int signal = train::received_stop_signal()) {
-      s.request_stop(train::interrupted_reason(signal));
+      s.request_stop(train::interrupted_reason(signal), torchbus::StopKind::Interrupted);
     }
   });
   train::ShuffledBatches batches(data.train_inputs, data.train_targets, flags.batch_size,
@@ -791,9 +730,9 @@ void report_lr_found(const torchbus::LRFinderResult& found, const fs::path& out,
 bool training_started = false;
 
 /// Creates and locks OUT (the lock lives in `lock`), then decides how the run uses it. Rank 0's
-/// work: the returned checkpoint to resume from (empty: a fresh start) is shared with the others.
-fs::path take_run_directory(const Flags& flags, const std::string& identity,
-                            std::optional<train::RunLock>& lock) {
+/// work: the checkpoint to resume from (empty: a fresh start) is shared with the others.
+train::RunStart take_run_directory(const Flags& flags, const std::string& identity,
+                                   std::optional<train::RunLock>& lock) {
   const fs::path out(flags.out);
   std::error_code error;
   fs::create_directories(out, error);
@@ -801,11 +740,12 @@ fs::path take_run_directory(const Flags& flags, const std::string& identity,
                  "cannot create the run directory '", flags.out,
                  "': ", error ? error.message() : "a file of that name exists");
   lock.emplace(out);
-  auto resume_from = prepare_run_directory(flags, identity);
+  auto start = train::prepare_run_directory(
+      {out, flags.resume, flags.overwrite, identity, flags.epochs, flags.max_steps});
   std::ofstream probe(out / "train.log", std::ios::app);
   TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
                  "' is not writable");
-  return resume_from;
+  return start;
 }
 
 int run(Flags flags) {
@@ -845,14 +785,23 @@ int run(Flags flags) {
 
   // Rank 0 decides how the run uses OUT; every rank resumes from the checkpoint it chose.
   std::optional<train::RunLock> lock;
-  fs::path resume_from;
+  train::RunStart start;
   train::run_agreed(*group, [&] {
-    if (writes_outputs) resume_from = take_run_directory(flags, identity, lock);
+    if (writes_outputs) start = take_run_directory(flags, identity, lock);
   });
-  resume_from = train::broadcast_text(*group, resume_from.string());
+  const fs::path resume_from = train::broadcast_text(*group, start.resume_from.string());
+  const auto finished = train::broadcast_text(*group, start.finished_reason);
   const bool resuming = !resume_from.empty();
   if (writes_outputs) log_to(out, flags.resume);
   auto log = torchbus::logger();
+  if (!finished.empty()) {
+    // Its checkpoint holds the decision that ended it: resuming changes nothing.
+    log->info(
+        "already finished: {}; nothing to train (checkpoint {}), the run's outputs are kept{}",
+        finished, resume_from.string(),
+        writes_outputs ? "; summary in " + (out / "summary.json").string() : std::string());
+    return 0;
+  }
   auto optimizer = make_optimizer(flags, model->parameters());
   const auto options =
       torchbus::TrainerOptions()
@@ -928,7 +877,7 @@ int run(Flags flags) {
   });
   trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
     if (const int signal = train::received_stop_signal()) {
-      s.request_stop(train::interrupted_reason(signal));
+      s.request_stop(train::interrupted_reason(signal), torchbus::StopKind::Interrupted);
     }
   });
   trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& s) {

@@ -3,6 +3,7 @@
 #include "summary_json.hpp"
 
 #include <boost/test/unit_test.hpp>
+#include <support/crc32c.hpp>
 #include <support/errors.hpp>
 #include <support/scratch.hpp>
 #include <support/tfrecord_reader.hpp>
@@ -237,6 +238,14 @@ BOOST_AUTO_TEST_CASE(a_run_of_an_earlier_torchbus_train_resumes_with_the_same_pa
   const auto fixture = fs::path(TORCHBUS_TEST_DATA) / "old-format-run";
   const auto out = scratch("train_test", "old_format");
   fs::copy(fixture, out, fs::copy_options::recursive);
+  // With its summary the run is finished: --resume changes nothing. Without it (a run killed
+  // between its last checkpoint and its summary), --resume loads the checkpoint and writes it.
+  const auto finished = run_train(
+      "--hidden 4 --max-steps 6 --epochs 1 --val-every-steps 3 --no-progress --resume --out " +
+      out.string());
+  BOOST_TEST_REQUIRE(finished.status == 0, finished.output);
+  BOOST_TEST(has(finished.output, "already finished: max_steps reached"), finished.output);
+  fs::remove(out / "summary.json");
   const auto resumed = run_train(
       "--hidden 4 --max-steps 6 --epochs 1 --val-every-steps 3 --no-progress --resume --out " +
       out.string());
@@ -836,6 +845,125 @@ BOOST_AUTO_TEST_CASE(an_accumulation_schedule_run_killed_mid_epoch_resumes_bitwi
   BOOST_TEST(has(resumed.output, "resumed from"));
   BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
              json_string(expected, "params_sha256"));
+}
+
+namespace {
+
+/// Every file under `directory` (relative path -> contents; a symbolic link -> its target), to
+/// check that nothing in a run directory changed.
+std::map<std::string, std::string> tree_of(const fs::path& directory) {
+  std::map<std::string, std::string> tree;
+  for (const auto& entry : fs::recursive_directory_iterator(directory)) {
+    const auto name = fs::relative(entry.path(), directory).string();
+    if (entry.is_symlink()) {
+      tree[name] = "-> " + fs::read_symlink(entry.path()).string();
+    } else if (entry.is_regular_file()) {
+      tree[name] = read_text(entry.path());
+    }
+  }
+  return tree;
+}
+
+/// Flips a byte in the middle of every checkpoint file of `out`; returns their paths.
+std::vector<fs::path> corrupt_every_checkpoint(const fs::path& out) {
+  std::vector<fs::path> corrupted;
+  for (const auto& entry : fs::directory_iterator(out / "checkpoints")) {
+    if (entry.is_symlink() || entry.path().extension() != ".tbckpt") continue;
+    auto bytes = read_text(entry.path());
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5A);
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << bytes;
+    corrupted.push_back(entry.path());
+  }
+  return corrupted;
+}
+
+}  // namespace
+
+// A run that ended by its own decision (early stopping, a non-finite loss, the time limit) is over:
+// --resume trains nothing, changes none of its files and exits 0 saying so.
+BOOST_AUTO_TEST_CASE(resuming_a_finished_run_trains_nothing_and_changes_nothing) {
+  const std::vector<std::pair<std::string, std::string>> runs{
+      {"early_stopping", "--epochs 30 --lr 0.05 --early-stopping 1 --limit-train-batches 30"},
+      {"non_finite_loss", "--epochs 3 --optimizer sgd --lr 1e6 --limit-train-batches 30"},
+      {"time_limit", "--epochs 1000 --time-limit 1 --limit-train-batches 30 --val-every 50"}};
+  for (const auto& [name, flags] : runs) {
+    BOOST_TEST_CONTEXT(name) {
+      const auto out = scratch("train_test", "finished_" + name);
+      const auto command = flags + " --no-progress --out " + out.string();
+      const auto first = run_train(command);
+      BOOST_TEST_REQUIRE(first.status == 0, first.output);
+      const auto summary = read_text(out / "summary.json");
+      const auto reason = json_string(summary, "stop_reason");
+      BOOST_TEST(reason != "completed");
+      const auto before = tree_of(out);
+      const auto resumed = run_train(command + " --resume");
+      BOOST_TEST(resumed.status == 0, resumed.output);
+      BOOST_TEST(has(resumed.output, "already finished: " + reason), resumed.output);
+      auto after = tree_of(out);
+      BOOST_TEST(has(after["train.log"], "already finished: " + reason));
+      after["train.log"] = before.at("train.log");  // the log tells of the attempt, nothing else
+      BOOST_TEST((after == before));
+    }
+  }
+}
+
+// --resume never destroys a run: when every checkpoint is corrupt it exits 1 naming each, and
+// nothing in the run directory changes.
+BOOST_AUTO_TEST_CASE(a_resume_whose_checkpoints_are_all_corrupt_fails_and_changes_nothing) {
+  const auto out = scratch("train_test", "all_corrupt");
+  const std::string command =
+      "--epochs 3 --limit-train-batches 10 --checkpoint-every 4 --no-progress --out " +
+      out.string();
+  BOOST_TEST_REQUIRE(run_train(command + " --max-steps 25").status == 0);
+  const auto corrupted = corrupt_every_checkpoint(out);
+  BOOST_TEST(corrupted.size() >= 2u);
+  const auto before = tree_of(out);
+  const auto resumed = run_train(command + " --resume");
+  BOOST_TEST(resumed.status == 1, resumed.output);
+  BOOST_TEST(has(resumed.output, "holds no usable checkpoint of this run"), resumed.output);
+  for (const auto& file : corrupted) BOOST_TEST(has(resumed.output, file.string() + " is corrupt"));
+  BOOST_TEST((tree_of(out) == before));
+}
+
+// A checkpoint whose CRC is right but whose payload LibTorch cannot read (forged, or damaged before
+// it was framed) is skipped, named, for the older one.
+BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_falls_back_to_an_older_checkpoint) {
+  const std::string flags =
+      "--epochs 1 --limit-train-batches 20 --checkpoint-every 5 --no-progress";
+  const auto reference = scratch("train_test", "forged_reference");
+  BOOST_TEST_REQUIRE(run_train(flags + " --out " + reference.string()).status == 0);
+  const auto out = scratch("train_test", "forged");
+  const std::vector<std::string> arguments{"--epochs",
+                                           "1",
+                                           "--limit-train-batches",
+                                           "20",
+                                           "--checkpoint-every",
+                                           "5",
+                                           "--no-progress",
+                                           "--log-every",
+                                           "1",
+                                           "--out",
+                                           out.string()};
+  BOOST_TEST_REQUIRE(signal_train(arguments, out / "train.log", "step 12 ", SIGTERM) == 143);
+  // Re-frame the newest checkpoint around a payload that is no archive, with a matching CRC.
+  const auto newest = out / "checkpoints" / fs::read_symlink(out / "checkpoints" / "last.tbckpt");
+  const auto bytes = read_text(newest);
+  const std::string payload = "this is not a zip archive, though its CRC is right";
+  const auto header_size = bytes.size() - torchbus::read_checkpoint_payload(newest).size();
+  auto framed = bytes.substr(0, header_size - 12);
+  for (int i = 0; i < 8; ++i)
+    framed.push_back(static_cast<char>((payload.size() >> (8 * i)) & 0xFF));
+  const auto crc =
+      torchbus::testing::crc32c((framed + payload).data(), framed.size() + payload.size());
+  for (int i = 0; i < 4; ++i) framed.push_back(static_cast<char>((crc >> (8 * i)) & 0xFF));
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << framed + payload;
+  BOOST_CHECK_NO_THROW(torchbus::read_checkpoint_payload(newest));  // the framing is valid
+  const auto resumed = run_train(flags + " --resume --out " + out.string());
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, newest.string() + " cannot be parsed"), resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"));
+  BOOST_TEST(json_string(read_text(out / "summary.json"), "params_sha256") ==
+             json_string(read_text(reference / "summary.json"), "params_sha256"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

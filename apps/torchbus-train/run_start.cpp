@@ -1,0 +1,123 @@
+#include "run_start.hpp"
+
+#include "exit_status.hpp"
+#include "run_directory.hpp"
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+#include <torchbus/atomic_file.hpp>
+#include <torchbus/checkpoint.hpp>
+#include <torchbus/checkpoint_file.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+
+#include <fstream>
+#include <optional>
+#include <vector>
+
+namespace train {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// Why the run in `checkpoint` had ended there (empty: a resume from it trains on).
+std::string finished_reason(const torchbus::Checkpoint& checkpoint,
+                            const RunDirectoryRequest& request) {
+  if (!checkpoint.stop_reason.empty()) return checkpoint.stop_reason;
+  if (request.max_steps >= 0 && checkpoint.step >= request.max_steps) return "max_steps reached";
+  if (checkpoint.epoch >= request.epochs) return "completed";
+  return {};
+}
+
+/// Whether OUT/summary.json tells of this end: the run's `reason`, exit code 0. Not when the
+/// summary is missing or unreadable, or tells of an interruption that came after the last step.
+bool summary_tells(const fs::path& out, const std::string& reason) {
+  std::ifstream in(out / "summary.json");
+  const auto summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return summary.is_object() && summary.value("stop_reason", std::string()) == reason &&
+         summary.value("exit_code", -1) == 0;
+}
+
+/// A fresh start: refuses to replace a run unless --overwrite says so.
+RunStart start_fresh(const RunDirectoryRequest& request, const std::vector<std::string>& present) {
+  if (!present.empty() && !request.overwrite) {
+    throw UsageError(fmt::format(
+        "--out {} already holds a run ({}); pass --resume to continue it or --overwrite to "
+        "replace it, or choose another --out",
+        request.out.string(), fmt::join(present, ", ")));
+  }
+  remove_outputs(request.out, present);
+  return {};
+}
+
+}  // namespace
+
+RunStart prepare_run_directory(const RunDirectoryRequest& request) {
+  const auto& out = request.out;
+  const auto present = present_outputs(out);
+  auto log = torchbus::logger();
+  if (request.resume || request.overwrite) {
+    torchbus::remove_stale_temporaries(out);  // of a run killed while it replaced a file
+  }
+  if (!request.resume) return start_fresh(request, present);
+
+  const auto checkpoints = out / "checkpoints";
+  torchbus::remove_stale_temporaries(checkpoints);
+  std::vector<std::string> unusable;  // every checkpoint file that cannot be resumed, and why
+  std::string others;                 // valid checkpoints of another run
+  std::optional<torchbus::Checkpoint> ours;
+  for (const auto& candidate : torchbus::valid_checkpoints(checkpoints, &unusable)) {
+    if (candidate.header.identity != request.identity) {
+      others += fmt::format(
+          "\n  {}: {}", candidate.path.string(),
+          candidate.header.identity.empty()
+              ? std::string("written without a run identity")
+              : torchbus::identity_differences(candidate.header.identity, request.identity));
+      continue;
+    }
+    if (ours) continue;
+    try {  // the whole payload must read back, not only its CRC
+      ours = torchbus::read_checkpoint_position(candidate.path);
+    } catch (const torchbus::CheckpointError& error) {
+      log->warn("skipping checkpoint: {}", error.what());
+      unusable.push_back(error.what());
+    }
+  }
+  if (ours) {
+    if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
+    const auto reason = finished_reason(*ours, request);
+    if (!reason.empty() && summary_tells(out, reason)) return {ours->path, reason};
+    remove_outputs(out, {"summary.json"});  // a resume that fails must not look finished
+    return {ours->path, {}};
+  }
+  if (!unusable.empty()) {
+    throw torchbus::CheckpointError(fmt::format(
+        "cannot resume: {} holds no usable checkpoint of this run; skipped:\n  {}\nNothing in {} "
+        "was changed. Restore a checkpoint from a copy, or pass --overwrite to start the run "
+        "again.",
+        checkpoints.string(), fmt::join(unusable, "\n  "), out.string()));
+  }
+  if (!others.empty()) {
+    throw torchbus::CheckpointError(fmt::format(
+        "cannot resume: every checkpoint in {} belongs to another run (option: checkpoint -> "
+        "now):{}\nUse the options of that run, another --out, or --overwrite to replace it.",
+        checkpoints.string(), others));
+  }
+  const auto recorded = read_identity(out);
+  if (recorded && *recorded != request.identity) {
+    throw torchbus::Error(fmt::format(
+        "cannot resume: {} holds another run, which has no checkpoint ({}); use its options, "
+        "another --out, or --overwrite",
+        out.string(), torchbus::identity_differences(*recorded, request.identity)));
+  }
+  log->warn("--resume: {} holds no checkpoint of this run yet; starting it from scratch",
+            checkpoints.string());
+  std::vector<std::string> partial;  // what an attempt killed before its first checkpoint left
+  for (const auto& name : present) {
+    if (name != "train.log") partial.push_back(name);
+  }
+  remove_outputs(out, partial);
+  return {};
+}
+
+}  // namespace train

@@ -1,0 +1,35 @@
+#pragma once
+
+// How a run of torchbus-train uses its directory: a fresh start, a resume from the newest usable
+// checkpoint of its identity, or nothing to do because the run had already finished.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace train {
+
+/// What a run asks of its directory: the flags that decide how OUT is used.
+struct RunDirectoryRequest {
+  std::filesystem::path out;    ///< the run directory (exists, locked by the caller)
+  bool resume = false;          ///< --resume
+  bool overwrite = false;       ///< --overwrite
+  std::string identity;         ///< the run's identity
+  std::int64_t epochs = 0;      ///< --epochs
+  std::int64_t max_steps = -1;  ///< --max-steps (-1: none)
+};
+
+/// How the run starts.
+struct RunStart {
+  std::filesystem::path resume_from;  ///< the checkpoint to resume from (empty: a fresh start)
+  /// Not empty when the run had already finished (why it ended) and its summary tells so: there
+  /// is nothing to train and nothing is changed.
+  std::string finished_reason;
+};
+
+/// Decides from OUT and the request whether the run starts fresh, resumes or has finished, and
+/// clears what a fresh start replaces. Nothing is changed before the decision is made: a resume
+/// whose checkpoints are all unusable throws CheckpointError naming each with its reason.
+RunStart prepare_run_directory(const RunDirectoryRequest& request);
+
+}  // namespace train
