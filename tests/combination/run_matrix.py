@@ -24,6 +24,13 @@ Standard library only. Typical use:
   run_matrix.py ... --cell csv/step7/steps5/sigterm --seed 1   # rerun one cell
   run_matrix.py ... --list [--sample N]      # print the cell ids
 
+After the matrix, the fault cells faults/all_corrupt, faults/forged_payload and faults/mutations
+damage the checkpoints of an interrupted run and check what --resume does: no crash, no hang;
+exit 0 continuing a genuine checkpoint (to the uninterrupted run's parameters), or exit 1
+naming the checkpoints with nothing in the run changed. faults/mutations applies %d random
+mutations (bit flips, truncation, appended or zeroed bytes, files swapped with another run's,
+payloads changed behind a recomputed CRC, odd entries), %d with --full.
+
 --sample N spreads the cells evenly over the ends. Random values of a cell (signal step, kill
 delay, max-steps) come from Random("<seed>/<cell>"), so `--cell ID --seed S` reruns what the
 sampled run did (the kill delay is a fraction of the reference run's measured duration, so it
@@ -554,6 +561,7 @@ class Matrix:
         self.print = printer
         self.references = {}  # (data, ckpt, val) -> (problems, sha, seconds)
         self.relaunch_checked = set()  # data sources whose relaunch check ran
+        self.faults = Faults(self)
 
     def cell_dir(self, cell, tag):
         return os.path.join(self.options.work, "cells", cell.replace("/", "-"), tag)
@@ -603,6 +611,8 @@ class Matrix:
 
     def run_cell(self, cell, seed):
         """Runs one cell; returns (problems, note)."""
+        if cell.startswith("faults/"):
+            return self.faults.run_cell(cell.split("/")[1], self.options)
         data, ckpt, val, end = cell.split("/")
         rng = random.Random("%s/%s" % (seed, cell))
         out = self.cell_dir(cell, "out")
@@ -635,7 +645,8 @@ class Matrix:
             checks.flags = self.flags(data, ckpt, val, out, TIME_LIMIT_EPOCHS) + TIME_LIMIT_FLAGS
             run = self.runner.run(checks.flags)
             if checks.exit_code(run, 0, "run"):
-                checks.outputs(run, out, "Timer: time limit*")
+                summary = checks.outputs(run, out, "Timer: time limit*")
+                self.resume_finished(checks, out, summary)
             return checks.problems, ""
 
         if end == "nan":
@@ -645,7 +656,8 @@ class Matrix:
                 checks.flags = flags + NAN_FLAGS
             run = self.runner.run(checks.flags)
             if checks.exit_code(run, 0, "run"):
-                checks.outputs(run, out, "TerminateOnNaN:*", (0, total - 1))
+                summary = checks.outputs(run, out, "TerminateOnNaN:*", (0, total - 1))
+                self.resume_finished(checks, out, summary)
             return checks.problems, ""
 
         if end == "early_stop":
@@ -655,6 +667,7 @@ class Matrix:
                 summary = checks.outputs(run, out, "EarlyStopping:*")
                 if summary:
                     note = "stopped at step %s" % summary.get("steps")
+                self.resume_finished(checks, out, summary)
             return checks.problems, note
 
         if end in SIGNALS:
@@ -752,6 +765,30 @@ class Matrix:
 
         raise AssertionError(cell)
 
+    def resume_finished(self, checks, out, summary):
+        """A run that ended by its own decision is over: --resume trains nothing, changes
+        nothing but train.log, and exits 0 with `already finished: <stop_reason>`."""
+        if summary is None or "--no-checkpoints" in checks.flags:
+            return
+        before = snapshot(out)
+        resumed = self.runner.run(checks.flags + ["--resume"])
+        if not checks.exit_code(resumed, 0, "--resume of the finished run"):
+            return
+        expected = "already finished: %s" % summary.get("stop_reason")
+        if expected not in resumed.output():
+            checks.fail("--resume of the finished run: no '%s' in its output; last line: %s" %
+                        (expected[:80], resumed.last_stderr()))
+        if re.search(r"\bstep \d+ epoch\b", resumed.output()):
+            checks.fail("--resume of the finished run trained (logged a step)")
+        after = snapshot(out)
+        for state in (before, after):
+            if state:
+                state.pop("train.log", None)
+                state.pop("./", None)
+        difference = snapshot_difference(before, after)
+        if difference:
+            checks.fail("--resume of the finished run changed its outputs: %s" % difference)
+
     def signal_at_step(self, run, out, k, number):
         """Sends `number` once step k is logged (console or train.log); False if it never was."""
         run.marker = re.compile(r"\bstep %d epoch\b" % k)
@@ -800,6 +837,237 @@ class Matrix:
         return max(steps) if steps else None
 
 
+
+# ----------------------------------------------------------------------------------------------
+# Faults: what a damaged run directory does to --resume. Each scenario is a cell "faults/NAME".
+
+FAULTS = ["all_corrupt", "forged_payload", "mutations"]
+# A small run with several checkpoints, interrupted (no summary) so that a resume trains on.
+FAULT_FLAGS = ["--batch-size", "256", "--epochs", "1", "--limit-train-batches", "20",
+               "--checkpoint-every", "4", "--val-every", "0"] + COMMON
+FAULT_STOP = 14  # the interrupted run stops here (--max-steps is in the identity: a signal stops it)
+MUTATIONS_SAMPLED, MUTATIONS_FULL = 12, 200
+
+
+CRC32C_TABLE = []
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, RFC 3720), written here
+    independently of the framework's Boost.CRC."""
+    if not CRC32C_TABLE:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+            CRC32C_TABLE.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def split_checkpoint(blob):
+    """(header before the payload size, payload) of a version-2 .tbckpt, or None."""
+    if len(blob) < 36 or blob[:8] != b"TBCKPT\r\n" or struct.unpack("<I", blob[8:12])[0] != 2:
+        return None
+    identity_size = struct.unpack("<I", blob[20:24])[0]
+    offset = 24 + identity_size
+    size = struct.unpack("<Q", blob[offset:offset + 8])[0]
+    return blob[:offset], blob[offset + 12:offset + 12 + size]
+
+
+def frame_checkpoint(head, payload):
+    """A version-2 .tbckpt of `head` (up to the payload size) and `payload`, with a valid CRC."""
+    covered = head + struct.pack("<Q", len(payload))
+    return covered + struct.pack("<I", crc32c(covered + payload)) + payload
+
+
+class Faults:
+    def __init__(self, matrix):
+        self.matrix = matrix
+        self.runner = matrix.runner
+        self.print = matrix.print
+        self.base = None  # (directory of the interrupted run, params_sha256 of the whole run)
+
+    def flags(self, out, seed=42):
+        return FAULT_FLAGS + ["--seed", str(seed), "--out", out]
+
+    def interrupted_run(self, out, seed=42):
+        """Runs FAULT_FLAGS, SIGTERM after step FAULT_STOP; the run keeps its checkpoints."""
+        shutil.rmtree(out, ignore_errors=True)
+        run = self.runner.start(self.flags(out, seed))
+        if not self.matrix.signal_at_step(run, out, FAULT_STOP, signal.SIGTERM):
+            self.runner.finish(run)
+            raise Failure("the run to damage never logged step %d (%s)" %
+                          (FAULT_STOP, run.last_stderr()))
+        self.runner.finish(run)
+        if run.rc != 128 + signal.SIGTERM:
+            raise Failure("the run to damage: %s, expected exit 143" % run.describe_exit())
+
+    def prepare(self):
+        """The interrupted run (copied per scenario), another run's checkpoints, and the sha of
+        the uninterrupted run."""
+        if self.base:
+            return self.base
+        root = os.path.join(self.matrix.options.work, "faults")
+        reference = os.path.join(root, "reference")
+        shutil.rmtree(reference, ignore_errors=True)
+        run = self.runner.run(self.flags(reference))
+        if run.rc != 0:
+            raise Failure("fault reference run: %s; %s" % (run.describe_exit(), run.last_stderr()))
+        sha = read_summary(reference)["params_sha256"]
+        base = os.path.join(root, "interrupted")
+        self.interrupted_run(base)
+        other = os.path.join(root, "other")
+        self.interrupted_run(other, seed=7)
+        self.base = (base, other, sha)
+        return self.base
+
+    def copy_of_base(self, name):
+        base, _, _ = self.prepare()
+        out = os.path.join(self.matrix.options.work, "cells", "faults-" + name)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(base, out, symlinks=True)
+        return out
+
+    @staticmethod
+    def checkpoint_files(out):
+        directory = os.path.join(out, "checkpoints")
+        return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                      if n.endswith(".tbckpt") and not os.path.islink(os.path.join(directory, n)))
+
+    def resume(self, checks, out, what, expect_failure=None):
+        """--resume of a damaged copy: no crash, no hang; exit 0 continuing a genuine checkpoint,
+        or exit 1 naming what is wrong with nothing in the run changed. expect_failure: True
+        (must fail), False (must resume), None (either)."""
+        _, _, sha = self.prepare()
+        before = snapshot(out)
+        run = self.runner.run(self.flags(out) + ["--resume"], )
+        if not checks.exit_code(run, {0, 1} if expect_failure is None else
+                                (1 if expect_failure else 0), what):
+            return run
+        if run.rc == 1:
+            text = run.stderr.strip()
+            if not text or "run failed: \n" in run.stderr or text.endswith("run failed:"):
+                checks.fail("%s: exit 1 without a message" % what)
+            elif not re.search(r"checkpoint", text):
+                checks.fail("%s: exit 1, but the message names no checkpoint: %s" %
+                            (what, run.last_stderr()))
+            after = snapshot(out)
+            for state in (before, after):
+                state.pop("./", None)
+                state.pop("train.log", None)  # may tell of the attempt
+            difference = snapshot_difference(before, after)
+            if difference:
+                checks.fail("%s: exit 1, but the run directory changed: %s" % (what, difference))
+            return run
+        if "resumed from" not in run.output() and "from scratch" not in run.output():
+            checks.fail("%s: exit 0 without 'resumed from' or 'from scratch'; last line: %s" %
+                        (what, run.last_stderr()))
+        summary = checks.outputs(run, out, "completed", what=what)
+        if summary and summary.get("params_sha256") != sha and what.find("forged") < 0:
+            checks.fail("%s: params_sha256 %s differs from the uninterrupted run's %s" %
+                        (what, str(summary.get("params_sha256"))[:12], sha[:12]))
+        return run
+
+    def all_corrupt(self, checks):
+        out = self.copy_of_base("all_corrupt")
+        files = self.checkpoint_files(out)
+        if len(files) < 2:
+            raise Failure("the interrupted run left %d checkpoint(s), expected several" % len(files))
+        for path in files:
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) // 2)
+                byte = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([byte[0] ^ 0x5A]))
+        run = self.resume(checks, out, "--resume with every checkpoint corrupt", True)
+        for path in files:
+            if path not in run.stderr:
+                checks.fail("--resume with every checkpoint corrupt: %s not named" % path)
+        return "%d checkpoints" % len(files)
+
+    def forged_payload(self, checks):
+        out = self.copy_of_base("forged_payload")
+        newest = max(self.checkpoint_files(out), key=os.path.getmtime)
+        with open(newest, "rb") as f:
+            head, payload = split_checkpoint(f.read())
+        with open(newest, "wb") as f:  # garbage in the archive's middle, the CRC made to match
+            middle = len(payload) // 2
+            f.write(frame_checkpoint(head, payload[:middle] + b"`" * 64 + payload[middle + 64:]))
+        run = self.resume(checks, out, "--resume with a forged newest checkpoint", None)
+        if run.rc == 0 and newest not in run.output() and "resumed from %s" % newest not in \
+                run.output():
+            checks.fail("--resume with a forged newest checkpoint: neither resumed from it nor "
+                        "named it")
+        return os.path.basename(newest)
+
+    def mutate(self, rng, out, other):
+        """Applies one random mutation to the checkpoints of `out`; returns its description."""
+        files = self.checkpoint_files(out)
+        kind = rng.choice(["flip", "truncate", "append", "swap", "forge", "zero", "odd_entry"])
+        victims = rng.sample(files, rng.randint(1, len(files)))
+        for path in victims:
+            with open(path, "rb") as f:
+                blob = bytearray(f.read())
+            if kind == "flip":
+                for _ in range(rng.randint(1, 8)):
+                    position = rng.randrange(len(blob))
+                    blob[position] ^= 1 << rng.randrange(8)
+            elif kind == "truncate":
+                del blob[rng.randrange(len(blob)):]
+            elif kind == "append":
+                blob += bytes(rng.randrange(256) for _ in range(rng.randint(1, 4096)))
+            elif kind == "zero":
+                start = rng.randrange(len(blob))
+                blob[start:start + rng.randint(1, 4096)] = b"\0" * len(blob[start:start + 4096])
+            elif kind == "swap":
+                theirs = self.checkpoint_files(other)
+                with open(rng.choice(theirs), "rb") as f:
+                    blob = bytearray(f.read())
+            elif kind == "forge":
+                head, payload = split_checkpoint(bytes(blob))
+                payload = bytearray(payload)
+                for _ in range(rng.randint(1, 16)):
+                    payload[rng.randrange(len(payload))] = rng.randrange(256)
+                blob = bytearray(frame_checkpoint(head, bytes(payload)))
+            elif kind == "odd_entry":
+                os.remove(path)
+                if rng.random() < 0.5:
+                    os.mkdir(path)
+                else:
+                    os.symlink(os.path.basename(path), path)  # a loop
+                continue
+            with open(path, "wb") as f:
+                f.write(blob)
+        return "%s of %s" % (kind, ", ".join(os.path.basename(v) for v in victims))
+
+    def mutations(self, checks, count, seed):
+        _, other, _ = self.prepare()
+        rng = random.Random("%s/mutations" % seed)
+        kinds = {}
+        for number in range(count):
+            out = self.copy_of_base("mutation")
+            description = self.mutate(rng, out, other)
+            kind = description.split(" ")[0]
+            what = "mutation %d (%s)" % (number + 1, description) + (
+                " forged" if kind == "forge" else "")
+            self.print("  %s" % what)
+            run = self.resume(checks, out, what)
+            kinds.setdefault(kind, [0, 0])[0 if run.rc == 0 else 1] += 1
+        return ", ".join("%s %d resumed/%d refused" % (k, v[0], v[1]) for k, v in sorted(kinds.items()))
+
+    def run_cell(self, name, options):
+        checks = Checks(self.runner, self.flags("-"))
+        if name == "mutations":
+            note = self.mutations(checks, MUTATIONS_FULL if options.full else MUTATIONS_SAMPLED,
+                                  options.seed)
+        else:
+            note = getattr(self, name)(checks)
+        return checks.problems, note
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -844,8 +1112,9 @@ def main():
                 parser.error("--%s: unknown %s; expected %s" % (axis, ", ".join(unknown),
                                                                   ", ".join(names)))
             cells = [c for c in cells if c.split("/")[index] in chosen]
+    fault_cells = ["faults/" + name for name in FAULTS]
     if options.cell:
-        unknown = [c for c in options.cell if c not in all_cells()]
+        unknown = [c for c in options.cell if c not in all_cells() + fault_cells]
         if unknown:
             parser.error("unknown cell %s (see --list)" % ", ".join(unknown))
         cells = options.cell
@@ -853,6 +1122,8 @@ def main():
         cells = stratified_sample(cells, options.sample, random.Random(options.seed))
     elif not (options.full or options.data or options.end or options.list):
         parser.error("choose --sample N, --full (or a --data/--end filter), --cell ID or --list")
+    if not options.cell and not options.data and not options.end:
+        cells = cells + fault_cells  # after the matrix, with --sample and --full alike
     if options.list:
         print("\n".join(cells))
         return 0
@@ -919,6 +1190,8 @@ def main():
     printer("%d passed, %d failed" % (passed, len(failed)))
     return 1 if failed else 0
 
+
+__doc__ = __doc__ % (MUTATIONS_SAMPLED, MUTATIONS_FULL)
 
 if __name__ == "__main__":
     sys.exit(main())
