@@ -11,6 +11,7 @@
 #include "run_lock.hpp"
 #include "run_start.hpp"
 #include "shuffled_batches.hpp"
+#include "startup_signals.hpp"
 #include "stop_signals.hpp"
 #include "summary.hpp"
 
@@ -36,6 +37,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using train::exit_if_signalled_during_startup;
 using train::UsageError;
 
 struct Flags {
@@ -600,15 +602,6 @@ void log_to(const fs::path& directory, bool append) {
   torchbus::logger()->flush_on(spdlog::level::info);
 }
 
-/// Ends the run during start-up when a stop signal arrived: nothing of a run is written.
-void exit_if_signalled_during_startup() {
-  if (const int signal = train::received_stop_signal()) {
-    torchbus::logger()->warn("{} during start-up: exiting before training, nothing written",
-                             train::signal_name(signal));
-    throw train::StartupExit(train::kExitSignalBase + signal, "");
-  }
-}
-
 /// Refuses data that cannot be shared among `world_size` ranks: each validates its share.
 /// This rank's shards of the data, in batches of --batch-size on every rank.
 struct RankBatches {
@@ -750,8 +743,9 @@ train::RunStart take_run_directory(const Flags& flags, const std::string& identi
 
 int run(Flags flags) {
   const fs::path out(flags.out);
-  // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this.
-  const auto group = torchbus::ProcessGroup::from_environment();
+  // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this. A stop
+  // signal while joining ends the process with 128+N.
+  const auto group = train::join_process_group();
   const int world_size = group->world_size();
   // Rank 0 alone writes the run directory; a --fast-dev-run writes nothing.
   const bool writes_outputs = group->rank() == 0 && flags.fast_dev_run == 0;
@@ -968,8 +962,9 @@ int run(Flags flags) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  train::install_stop_signals();
+/// The program, loaded and run by the torchbus-train executable (launcher.cpp) once it has
+/// installed the stop-signal handlers.
+extern "C" int torchbus_train_main(int argc, char** argv) {
   CLI::App app{"torchbus-train"};
   Flags flags;
   describe_flags(app, flags);

@@ -24,7 +24,7 @@ void install_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaction(signal, &action, nullptr);
+  for (const int signal : kStopSignals) sigaction(signal, &action, nullptr);
 }
 
 int received_stop_signal() noexcept {

@@ -3,9 +3,13 @@
 // Graceful stops: SIGINT, SIGTERM, SIGHUP and SIGUSR1 ask torchbus-train to stop at the next step
 // boundary (with a checkpoint and a summary); a second one ends the process at once.
 
+#include <csignal>
 #include <string>
 
 namespace train {
+
+/// The stop signals.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
 /// Installs the handlers of the four stop signals (the main job only: a library must not).
 void install_stop_signals();

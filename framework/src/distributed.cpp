@@ -24,6 +24,18 @@ using Clock = std::chrono::steady_clock;
 /// more than two), so that the ranks reporting nothing are the ones that died.
 constexpr std::chrono::milliseconds kReportGrace{2000};
 
+/// While waiting at the rendezvous: how often a rank checks whether every rank arrived, how often
+/// it shows it is alive, and how long another rank's silence there means it died or is stuck.
+constexpr std::chrono::milliseconds kRendezvousPoll{50};
+constexpr std::chrono::milliseconds kHeartbeatInterval{1000};
+constexpr std::chrono::milliseconds kHeartbeatSilence{10000};
+
+/// The last heartbeat heard from a rank at the rendezvous, and when it changed.
+struct Heartbeat {
+  std::vector<std::uint8_t> value;
+  Clock::time_point heard;
+};
+
 std::string seconds_of(std::chrono::milliseconds duration) {
   return detail::concat(static_cast<double>(duration.count()) / 1000.0, " s");
 }
@@ -150,23 +162,86 @@ struct ProcessGroup::Backend {
     }
   }
 
-  /// Waits until every rank has checked in at the store; names the missing ones otherwise.
+  /// Waits until every rank has checked in at the store. A waiting rank counts up its arrival
+  /// key every kHeartbeatInterval; throws DistributedError naming the ranks that did not arrive
+  /// within the timeout, a rank that arrived and then fell silent for kHeartbeatSilence (killed,
+  /// crashed or stuck), or the store's host when the store went away.
   void await_every_rank(const LaunchEnvironment& environment, const DistributedOptions& options,
                         const std::string& where) {
-    store->set(arrival_key(environment.rank), bytes_of("1"));
     std::vector<std::string> keys;
     for (int rank = 0; rank < environment.world_size; ++rank) keys.push_back(arrival_key(rank));
+    const auto start = Clock::now();
+    std::vector<Heartbeat> heard(static_cast<std::size_t>(environment.world_size));
+    std::int64_t beats = 0;
+    auto next_beat = start;
     try {
-      store->wait(keys, options.timeout());
-    } catch (const std::exception&) {
-      std::vector<std::string> missing;
-      for (int rank = 0; rank < environment.world_size; ++rank) {
-        if (!store->check({arrival_key(rank)})) missing.push_back(std::to_string(rank));
+      for (;;) {
+        const auto now = Clock::now();
+        const bool beat = now >= next_beat;
+        if (beat) {
+          store->set(arrival_key(environment.rank), bytes_of(std::to_string(++beats)));
+          next_beat = now + kHeartbeatInterval;
+        }
+        if (store->check(keys)) return;
+        const bool timed_out = now - start >= options.timeout();
+        if (beat || timed_out) {
+          const auto missing = missing_ranks(environment);
+          TORCHBUS_CHECK(!timed_out, DistributedError, "rendezvous at ", where, " timed out after ",
+                         seconds_of(options.timeout()), ": rank(s) ", detail::join_or_none(missing),
+                         " of ", environment.world_size, " did not arrive (started by ",
+                         to_string(environment.launcher), ")");
+          if (beats == 1) {
+            logger()->info("rank {} of {} is at the rendezvous at {}, waiting for rank(s) {}",
+                           environment.rank, environment.world_size, where,
+                           detail::join_or_none(missing));
+          }
+          listen(environment, where, missing, heard, now);
+        }
+        std::this_thread::sleep_for(kRendezvousPoll);
       }
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const std::exception& error) {
       throw DistributedError(detail::concat(
-          "rendezvous at ", where, " timed out after ", seconds_of(options.timeout()), ": rank(s) ",
-          detail::join_or_none(missing), " of ", environment.world_size,
-          " did not arrive (started by ", to_string(environment.launcher), ")"));
+          "rank ", environment.rank, " lost the rendezvous store at ", where,
+          " while waiting for the other ranks: ",
+          environment.agent_store ? "torchrun's agent, which hosts it, is gone"
+                                  : "rank 0, which hosted it, has exited (killed, crashed or "
+                                    "failed before the rendezvous)",
+          " (", detail::first_line(error), ")"));
+    }
+  }
+
+  /// The ranks whose arrival key is not in the store yet.
+  std::vector<std::string> missing_ranks(const LaunchEnvironment& environment) const {
+    std::vector<std::string> missing;
+    for (int rank = 0; rank < environment.world_size; ++rank) {
+      if (!store->check({arrival_key(rank)})) missing.push_back(std::to_string(rank));
+    }
+    return missing;
+  }
+
+  /// Reads the heartbeats of the other ranks that arrived into `heard`; throws DistributedError
+  /// for one silent for kHeartbeatSilence.
+  void listen(const LaunchEnvironment& environment, const std::string& where,
+              const std::vector<std::string>& missing, std::vector<Heartbeat>& heard,
+              Clock::time_point now) const {
+    for (int rank = 0; rank < environment.world_size; ++rank) {
+      if (rank == environment.rank ||
+          std::find(missing.begin(), missing.end(), std::to_string(rank)) != missing.end()) {
+        continue;
+      }
+      auto& last = heard[static_cast<std::size_t>(rank)];
+      const auto value = store->get(arrival_key(rank));
+      if (value != last.value || last.heard == Clock::time_point()) {
+        last = {value, now};
+        continue;
+      }
+      TORCHBUS_CHECK(
+          now - last.heard < kHeartbeatSilence, DistributedError, "rendezvous at ", where,
+          ": rank ", rank, " arrived, then fell silent for ", seconds_of(now - last.heard),
+          " (killed, crashed or stuck) while waiting for rank(s) ", detail::join_or_none(missing),
+          " of ", environment.world_size, " (started by ", to_string(environment.launcher), ")");
     }
   }
 
@@ -239,6 +314,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env
                  environment.world_size, ")");
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(environment, options));
   if (environment.world_size > 1) {
+    logger()->info("rank {} of {} is joining the process group at {}:{} (started by {})",
+                   environment.rank, environment.world_size, environment.master_addr,
+                   environment.master_port, to_string(environment.launcher));
     group->backend_ = std::make_unique<Backend>(environment, options);
     logger()->info("rank {} of {} joined the process group at {}:{} (started by {})",
                    environment.rank, environment.world_size, environment.master_addr,
