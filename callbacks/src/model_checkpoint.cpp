@@ -230,8 +230,10 @@ void ModelCheckpoint::save_state(torch::serialize::OutputArchive& archive) const
   std::string paths;
   std::vector<double> scores;
   std::vector<std::int64_t> steps;
+  // File names only: the kept files are this checkpoint's neighbours, wherever the run
+  // directory is moved or copied to (a copy resumed must never prune the original's files).
   for (const auto& k : kept_) {
-    paths += k.path.string() + "\n";
+    paths += k.path.filename().string() + "\n";
     scores.push_back(k.score);
     steps.push_back(k.step);
   }
@@ -251,7 +253,9 @@ void ModelCheckpoint::load_state(torch::serialize::InputArchive& archive) {
   kept_.clear();
   std::size_t i = 0;
   for (std::string line; std::getline(in, line) && i < score_list.size(); ++i) {
-    if (fs::exists(line)) kept_.push_back(Kept{line, score_list[i], step_list[i]});
+    // Earlier releases stored full paths: only the file name counts, in this run's folder.
+    const auto path = options_.directory() / fs::path(line).filename();
+    if (fs::exists(path)) kept_.push_back(Kept{path, score_list[i], step_list[i]});
   }
 }
 

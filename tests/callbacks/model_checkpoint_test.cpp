@@ -155,8 +155,8 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
   const auto folder = scratch_path("model_checkpoint", "stop");
   {
     CheckpointRun run(TrainerOptions().max_epochs(3));
-    run.trainer.on(Event::StepEnd, [](State& s) {
-      if (s.step == 5) s.request_stop("enough for now");
+    run.trainer.on(Event::StepEnd, [](State& s) {  // a pause: the run goes on when resumed
+      if (s.step == 5) s.request_stop("enough for now", StopKind::Interrupted);
     });
     run.trainer.add(
         std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder).every_n_epochs(0)));
@@ -191,6 +191,31 @@ BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {
   ModelCheckpoint restored{ModelCheckpointOptions(folder)};
   restored.load_state(in);
   BOOST_TEST(restored.kept() == checkpoint->kept(), boost::test_tools::per_element());
+}
+
+// A run directory copied elsewhere and resumed there prunes its own files, never the original's:
+// the kept checkpoints are saved by file name.
+BOOST_AUTO_TEST_CASE(a_copied_run_resumed_elsewhere_leaves_the_original_alone) {
+  const auto original = scratch_path("model_checkpoint", "original");
+  const auto copy = scratch_path("model_checkpoint", "copy");
+  {
+    CheckpointRun run(TrainerOptions().max_epochs(1));
+    run.trainer.add(std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions(original).every_n_steps(1).every_n_epochs(0)));
+    run.fit(4);
+  }
+  const auto before = entry_names(original);
+  BOOST_TEST(before.size() == 4u);  // top 3 and the last link
+  fs::create_directories(copy);
+  fs::copy(original, copy, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  CheckpointRun resumed(TrainerOptions().max_epochs(2));
+  resumed.trainer.add(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions(copy).every_n_steps(1).every_n_epochs(0).resume(true)));
+  resumed.fit(4);
+  BOOST_TEST(resumed.trainer.state().step == 8);
+  BOOST_TEST((entry_names(original) == before));
+  BOOST_TEST(entry_names(copy).count("epoch-001-step-000008.tbckpt") == 1u);
+  BOOST_TEST(entry_names(copy).count("epoch-000-step-000002.tbckpt") == 0u);  // pruned there
 }
 
 BOOST_AUTO_TEST_CASE(bad_input) {

@@ -965,8 +965,11 @@ class Faults:
         if "resumed from" not in run.output() and "from scratch" not in run.output():
             checks.fail("%s: exit 0 without 'resumed from' or 'from scratch'; last line: %s" %
                         (what, run.last_stderr()))
-        summary = checks.outputs(run, out, "completed", what=what)
-        if summary and summary.get("params_sha256") != sha and what.find("forged") < 0:
+        # A payload changed behind a recomputed CRC may still load, with other weights: that run
+        # may end any way (a non-finite loss, say); a genuine checkpoint gives the reference run.
+        forged = what.endswith(" forged")
+        summary = checks.outputs(run, out, "*" if forged else "completed", what=what)
+        if summary and summary.get("params_sha256") != sha and not forged:
             checks.fail("%s: params_sha256 %s differs from the uninterrupted run's %s" %
                         (what, str(summary.get("params_sha256"))[:12], sha[:12]))
         return run
