@@ -435,6 +435,12 @@ torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data)
   const bool cnn = uses_cnn(flags, data);
   if (cnn) {
     if (!data.images) throw UsageError("--model cnn needs image data (--data mnist:DIR)");
+    const auto height = data.train_inputs.size(2), width = data.train_inputs.size(3);
+    TORCHBUS_CHECK(height >= train::kCnnMinImageSide && width >= train::kCnnMinImageSide,
+                   torchbus::DataError, "MNIST: the images of ", data.images_file, " are ", height,
+                   "x", width, " pixels; the CNN needs at least ", train::kCnnMinImageSide, "x",
+                   train::kCnnMinImageSide,
+                   " (it pools twice by 2); train an MLP on them with --model mlp");
   }
   check_model_fits(flags, data, cnn);
   if (cnn)
