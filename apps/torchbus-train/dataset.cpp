@@ -62,8 +62,8 @@ std::uintmax_t regular_file_size(const std::filesystem::path& path, const std::s
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   TORCHBUS_CHECK(std::filesystem::exists(status), DataError, source, ": cannot open '",
-                 path.string(), "'", error ? ": " + error.message() : std::string(), " (", expected,
-                 ")");
+                 path.string(), "'", error ? ": " + error.message() : std::string(), " (expected ",
+                 expected, ")");
   TORCHBUS_CHECK(std::filesystem::is_regular_file(status), DataError, source, ": '", path.string(),
                  "' is ", entry_kind(status), "; expected ", expected);
   const auto size = std::filesystem::file_size(path, error);
