@@ -2,8 +2,10 @@
 
 #include <torchbus/error.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -34,6 +36,42 @@ Dataset synthetic_dataset(std::int64_t train_size, std::int64_t validation_size,
 
 namespace {
 
+/// What kind of file system entry `status` describes, for a message ("a directory", "a FIFO").
+std::string entry_kind(const std::filesystem::file_status& status) {
+  switch (status.type()) {
+    case std::filesystem::file_type::directory:
+      return "a directory";
+    case std::filesystem::file_type::character:
+      return "a character device";
+    case std::filesystem::file_type::block:
+      return "a block device";
+    case std::filesystem::file_type::fifo:
+      return "a FIFO";
+    case std::filesystem::file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+/// The size in bytes of the regular file at `path` (after symbolic links). A directory, a device,
+/// a FIFO or a socket is refused with a DataError naming it: reading one could block, or never
+/// end (/dev/zero). `source` starts the messages ("MNIST"), `expected` ends them.
+std::uintmax_t regular_file_size(const std::filesystem::path& path, const std::string& source,
+                                 const std::string& expected) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  TORCHBUS_CHECK(std::filesystem::exists(status), DataError, source, ": cannot open '",
+                 path.string(), "'", error ? ": " + error.message() : std::string(), " (expected ",
+                 expected, ")");
+  TORCHBUS_CHECK(std::filesystem::is_regular_file(status), DataError, source, ": '", path.string(),
+                 "' is ", entry_kind(status), "; expected ", expected);
+  const auto size = std::filesystem::file_size(path, error);
+  TORCHBUS_CHECK(!error, DataError, source, ": cannot read the size of '", path.string(),
+                 "': ", error.message());
+  return size;
+}
+
 std::uint32_t read_big_endian(std::istream& in) {
   unsigned char bytes[4] = {0, 0, 0, 0};
   in.read(reinterpret_cast<char*>(bytes), 4);
@@ -42,10 +80,13 @@ std::uint32_t read_big_endian(std::istream& in) {
 }
 
 /// Reads an IDX file of unsigned bytes with `dimensions` dimensions (1: labels, 3: images),
-/// checking its magic number and that it holds all the bytes its header announces.
+/// checking its magic number and, before allocating anything, that the file holds all the bytes
+/// its header announces.
 at::Tensor read_idx(const std::filesystem::path& path, std::uint32_t dimensions, const char* kind) {
+  const auto file_size = regular_file_size(
+      path, "MNIST", concat("the ", kind, " file of the standard IDX set in that directory"));
   std::ifstream in(path, std::ios::binary);
-  TORCHBUS_CHECK(in.good(), DataError, "MNIST: cannot open ", path.string(), " (expected the ",
+  TORCHBUS_CHECK(in.good(), DataError, "MNIST: cannot open '", path.string(), "' (expected the ",
                  kind, " file of the standard IDX set in that directory)");
   const std::uint32_t expected_magic = 0x800 + dimensions;
   const auto magic = read_big_endian(in);
@@ -57,12 +98,30 @@ at::Tensor read_idx(const std::filesystem::path& path, std::uint32_t dimensions,
   std::vector<std::int64_t> sizes;
   for (std::uint32_t i = 0; i < dimensions; ++i) sizes.push_back(read_big_endian(in));
   TORCHBUS_CHECK(in.good(), DataError, "MNIST: ", path.string(), " has a truncated IDX header");
+  // The product of the sizes (each below 2^32) saturates instead of overflowing.
+  const std::uintmax_t header_bytes = 4 * (1 + std::uintmax_t{dimensions});
+  const auto data_bytes = file_size - header_bytes;
+  constexpr auto largest = std::numeric_limits<std::uintmax_t>::max();
+  std::uintmax_t announced = 1;
+  std::string shape;
+  for (const auto size : sizes) {
+    const auto factor = static_cast<std::uintmax_t>(size);
+    announced = factor != 0 && announced > largest / factor ? largest : announced * factor;
+    shape += (shape.empty() ? "" : " x ") + std::to_string(size);
+  }
+  TORCHBUS_CHECK(announced <= data_bytes, DataError, "MNIST: ", path.string(), " holds ",
+                 data_bytes, " bytes of data; its header announces ", shape,
+                 " bytes, more than that");
   auto values = torch::empty(sizes, torch::kUInt8);
   in.read(reinterpret_cast<char*>(values.data_ptr<std::uint8_t>()), values.numel());
   TORCHBUS_CHECK(in.gcount() == values.numel(), DataError, "MNIST: ", path.string(), " holds ",
                  in.gcount(), " bytes of data; its header announces ", values.numel());
+  TORCHBUS_CHECK(values.size(0) > 0, DataError, "MNIST: ", path.string(), " holds no ", kind,
+                 "; expected at least one");
   return values;
 }
+
+constexpr std::int64_t kMnistClasses = 10;
 
 /// Images as [N, 1, H, W] floats normalized as LibTorch's MNIST does, labels as int64.
 std::pair<at::Tensor, at::Tensor> read_idx_split(const std::filesystem::path& images,
@@ -72,6 +131,12 @@ std::pair<at::Tensor, at::Tensor> read_idx_split(const std::filesystem::path& im
   TORCHBUS_CHECK(pixels.size(0) == classes.size(0), DataError, "MNIST: ", images.string(), " has ",
                  pixels.size(0), " images but ", labels.string(), " has ", classes.size(0),
                  " labels; expected one label per image");
+  TORCHBUS_CHECK(pixels.size(1) > 0 && pixels.size(2) > 0, DataError, "MNIST: ", images.string(),
+                 " has images of ", pixels.size(1), "x", pixels.size(2),
+                 " pixels; expected at least 1x1");
+  const auto largest = classes.max().item<std::int64_t>();
+  TORCHBUS_CHECK(largest < kMnistClasses, DataError, "MNIST: a label in ", labels.string(), " is ",
+                 largest, "; expected digits 0 to ", kMnistClasses - 1);
   const auto inputs = (pixels.to(torch::kFloat).div(255.0).unsqueeze(1) - 0.1307) / 0.3081;
   return {inputs, classes.to(torch::kLong)};
 }
@@ -83,23 +148,21 @@ Dataset mnist_dataset(const std::string& directory) {
   TORCHBUS_CHECK(std::filesystem::is_directory(root), DataError, "MNIST: '", directory,
                  "' is not a directory (expected one holding train-images-idx3-ubyte, "
                  "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte)");
+  const auto train_images = root / "train-images-idx3-ubyte";
   Dataset dataset;
   std::tie(dataset.train_inputs, dataset.train_targets) =
-      read_idx_split(root / "train-images-idx3-ubyte", root / "train-labels-idx1-ubyte");
+      read_idx_split(train_images, root / "train-labels-idx1-ubyte");
   std::tie(dataset.validation_inputs, dataset.validation_targets) =
       read_idx_split(root / "t10k-images-idx3-ubyte", root / "t10k-labels-idx1-ubyte");
   TORCHBUS_CHECK(
       dataset.train_inputs.sizes().slice(1) == dataset.validation_inputs.sizes().slice(1),
-      DataError, "MNIST: the t10k images are ", dataset.validation_inputs.size(2), "x",
-      dataset.validation_inputs.size(3), " pixels, the train images ", dataset.train_inputs.size(2),
-      "x", dataset.train_inputs.size(3), "; expected one image size");
-  dataset.classes = 10;
-  for (const auto& labels : {dataset.train_targets, dataset.validation_targets}) {
-    const auto largest = labels.numel() > 0 ? labels.max().item<std::int64_t>() : 0;
-    TORCHBUS_CHECK(largest < dataset.classes, DataError, "MNIST: a label in ", directory, " is ",
-                   largest, "; expected digits 0 to 9");
-  }
+      DataError, "MNIST: the images of ", (root / "t10k-images-idx3-ubyte").string(), " are ",
+      dataset.validation_inputs.size(2), "x", dataset.validation_inputs.size(3),
+      " pixels, those of ", train_images.string(), " ", dataset.train_inputs.size(2), "x",
+      dataset.train_inputs.size(3), "; expected one image size");
+  dataset.classes = kMnistClasses;
   dataset.images = true;
+  dataset.images_file = train_images.string();
   dataset.description = concat("MNIST from ", directory, ": ", dataset.train_inputs.size(0),
                                " train / ", dataset.validation_inputs.size(0), " test images");
   return dataset;
@@ -122,14 +185,27 @@ std::string trim(std::string text) {
   return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
 }
 
+/// The first `length` characters of `text` for a message, bytes that are not printable ASCII
+/// shown as '?' and "..." when cut: a binary file given as CSV is not echoed.
+std::string excerpt(const std::string& text, std::size_t length = 40) {
+  std::string shown;
+  for (std::size_t i = 0; i < text.size() && i < length; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    shown += byte >= 0x20 && byte < 0x7f ? text[i] : '?';
+  }
+  return text.size() > length ? shown + "..." : shown;
+}
+
 }  // namespace
 
 /// Larger labels would give an output layer of more than a million classes.
 constexpr double kMaxLabel = 1'000'000;
 
+/// Features are float32: a larger magnitude would be infinite.
+constexpr double kMaxFeature = std::numeric_limits<float>::max();
+
 Dataset csv_dataset(const std::string& path, const std::string& label) {
-  TORCHBUS_CHECK(!std::filesystem::is_directory(path), DataError, "CSV: '", path,
-                 "' is a directory; expected a CSV file");
+  regular_file_size(path, "CSV", "a CSV file");
   std::ifstream in(path);
   TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'");
   std::string line;
@@ -142,7 +218,8 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
     if (header[i] == label) label_column = i;
   }
   TORCHBUS_CHECK(label_column < header.size(), DataError, "CSV: '", path, "' has no column '",
-                 label, "'; its columns are: ", torchbus::detail::join_or_none(header));
+                 label,
+                 "'; its columns are: ", excerpt(torchbus::detail::join_or_none(header), 200));
   TORCHBUS_CHECK(header.size() >= 2, DataError, "CSV: '", path,
                  "' needs at least one feature column besides the label");
   std::vector<float> features;
@@ -164,15 +241,20 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
         used = 0;
       }
       TORCHBUS_CHECK(!text.empty() && used == text.size(), DataError, "CSV: ", path, " row ", row,
-                     " column '", header[column], "': '", text, "' is not a number");
+                     " column '", excerpt(header[column]), "': '", excerpt(text),
+                     "' is not a number");
       if (column == label_column) {
         TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
                            value == static_cast<double>(static_cast<std::int64_t>(value)),
-                       DataError, "CSV: ", path, " row ", row, " column '", header[column],
-                       "': label '", text, "' is not a class index (an integer from 0 to ",
+                       DataError, "CSV: ", path, " row ", row, " column '", excerpt(header[column]),
+                       "': label '", excerpt(text), "' is not a class index (an integer from 0 to ",
                        kMaxLabel - 1, ")");
         labels.push_back(static_cast<std::int64_t>(value));
       } else {
+        TORCHBUS_CHECK(std::isfinite(value) && std::abs(value) <= kMaxFeature, DataError,
+                       "CSV: ", path, " row ", row, " column '", excerpt(header[column]), "': '",
+                       excerpt(text), "' is not a finite float32 number (magnitude at most ",
+                       kMaxFeature, ")");
         features.push_back(static_cast<float>(value));
       }
     }

@@ -15,6 +15,7 @@ struct Dataset {
   at::Tensor validation_inputs, validation_targets;  ///< the held-out split
   std::int64_t classes = 0;                          ///< number of classes
   bool images = false;                               ///< inputs are [N, 1, H, W] images
+  std::string images_file;                           ///< the training images' file (MNIST)
   std::string description;                           ///< one line for the log
 };
 

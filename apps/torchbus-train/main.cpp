@@ -89,25 +89,30 @@ std::string number_text(double value) {
   return out.str();
 }
 
-/// Accepts integers in [minimum, maximum], with a message a person can act on.
-CLI::Validator integer_in(std::int64_t minimum,
-                          std::int64_t maximum = std::numeric_limits<std::int64_t>::max(),
+/// Accepts integers in [minimum, maximum] (no maximum: any 64-bit integer >= minimum), with a
+/// message a person can act on.
+CLI::Validator integer_in(std::int64_t minimum, std::optional<std::int64_t> maximum = std::nullopt,
                           const std::string& maximum_meaning = "") {
-  const bool bounded = maximum != std::numeric_limits<std::int64_t>::max();
   const std::string range =
       ">= " + std::to_string(minimum) +
-      (bounded ? " and <= " + std::to_string(maximum) + maximum_meaning : std::string());
+      (maximum ? " and <= " + std::to_string(*maximum) + maximum_meaning : std::string());
+  const auto largest = maximum.value_or(std::numeric_limits<std::int64_t>::max());
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         std::size_t used = 0;
         long long value = 0;
+        bool outside_64_bits = false;
         try {
           value = std::stoll(text, &used);
+        } catch (const std::out_of_range&) {
+          outside_64_bits = true;
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used != text.size() || text.empty() || value < minimum || value > maximum) {
-          return "expected an integer " + range + ", got '" + text + "'";
+        if (outside_64_bits || used != text.size() || text.empty() || value < minimum ||
+            value > largest) {
+          return "expected an integer " + range + ", got '" + text + "'" +
+                 (outside_64_bits && !maximum ? " (outside the 64-bit integers)" : "");
         }
         return {};
       },
@@ -140,6 +145,23 @@ CLI::Validator finite_number(double minimum, double maximum, bool exclusive) {
       },
       range);
 }
+
+/// Accepts any text but the empty one, which names no `what`.
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        return text.empty() ? "expected " + what + ", got ''" : std::string();
+      },
+      "NON-EMPTY");
+}
+
+/// The largest --lr and --swa-lr. LibTorch passes the step's size to its kernels as a float32
+/// (at most 3.4e38), and Adam's first step is lr / (1 - beta1) = 10 lr: a larger rate fails at
+/// run time ("cannot be converted to type float without overflow").
+constexpr double kMaxLearningRate = 1e37;
+
+/// The largest --seed: seeds are signed 64-bit integers in the run's identity and summary.
+constexpr std::int64_t kMaxSeed = std::numeric_limits<std::int64_t>::max();
 
 /// A --limit-*-batches value: a count (digits only), or a fraction with a decimal point.
 std::optional<torchbus::BatchLimit> parse_batch_limit(const std::string& text) {
@@ -264,8 +286,9 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "validate on N batches before the first training step of a fresh run, so a bug "
                  "in the validation path shows at once; nothing of it is kept (0: off)")
       ->check(at_least(0));
-  auto* lr = app.add_option("--lr", flags.lr, "learning rate")
-                 ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/true));
+  auto* lr = app.add_option("--lr", flags.lr,
+                            "learning rate (at most " + number_text(kMaxLearningRate) + ")")
+                 ->check(finite_number(0, kMaxLearningRate, /*exclusive=*/true));
   app.add_flag("--find-lr", flags.find_lr,
                "LRFinder: before training, sweep the learning rate from 1e-7 to 10 over 100 "
                "steps on the training data (stopped when the loss diverges), write "
@@ -281,7 +304,9 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_flag("--channels-last", flags.channels_last,
                "keep the CNN's weights and images in channels_last (NHWC) memory format: faster "
                "with --precision bf16-mixed");
-  app.add_option("--seed", flags.seed, "seed of the data, the weights and the shuffling");
+  app.add_option("--seed", flags.seed,
+                 "seed of the data, the weights and the shuffling (0 to 2^63-1)")
+      ->check(integer_in(0, kMaxSeed));
   app.add_option("--val-every", flags.val_every, "validate every N epochs (0: never)")
       ->check(at_least(0));
   app.add_option("--val-every-steps", flags.val_every_steps,
@@ -289,7 +314,8 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(at_least(0));
   app.add_option("--out", flags.out,
                  "run directory (created); one that already holds a run needs --resume or "
-                 "--overwrite");
+                 "--overwrite")
+      ->check(non_empty("a directory path"));
   const auto hardware_threads = static_cast<std::int64_t>(std::thread::hardware_concurrency());
   app.add_option("--threads", flags.threads,
                  "intra-op threads, OpenBLAS's too (0: the libraries' defaults; at most the "
@@ -341,8 +367,9 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(finite_number(0, 1, /*exclusive=*/false));
   app.add_option("--swa-lr", flags.swa_lr,
                  "SWA: anneal the learning rate to this value over the averaged epochs (0: keep "
-                 "the run's learning rate)")
-      ->check(finite_number(0, std::numeric_limits<float>::max(), /*exclusive=*/false));
+                 "the run's learning rate; at most " +
+                     number_text(kMaxLearningRate) + ")")
+      ->check(finite_number(0, kMaxLearningRate, /*exclusive=*/false));
   app.add_flag("--terminate-on-nan,!--no-terminate-on-nan", flags.terminate_on_nan,
                "TerminateOnNaN: stop at the first non-finite loss, without its update (on)");
   app.add_option("--time-limit", flags.time_limit,
@@ -411,6 +438,12 @@ torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data)
   const bool cnn = uses_cnn(flags, data);
   if (cnn) {
     if (!data.images) throw UsageError("--model cnn needs image data (--data mnist:DIR)");
+    const auto height = data.train_inputs.size(2), width = data.train_inputs.size(3);
+    TORCHBUS_CHECK(height >= train::kCnnMinImageSide && width >= train::kCnnMinImageSide,
+                   torchbus::DataError, "MNIST: the images of ", data.images_file, " are ", height,
+                   "x", width, " pixels; the CNN needs at least ", train::kCnnMinImageSide, "x",
+                   train::kCnnMinImageSide,
+                   " (it pools twice by 2); train an MLP on them with --model mlp");
   }
   check_model_fits(flags, data, cnn);
   if (cnn)
@@ -480,18 +513,39 @@ void check_flag_combinations(const Flags& flags) {
   }
 }
 
-/// The optimizer steps the run makes when nothing stops it early: per epoch, its training batches
-/// (within --limit-train-batches) in windows of that epoch's k.
+/// a + b for a, b >= 0, or the largest int64 when the sum is larger.
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  constexpr auto largest = std::numeric_limits<std::int64_t>::max();
+  return a > largest - b ? largest : a + b;
+}
+
+/// a * b for a, b >= 0, or the largest int64 when the product is larger.
+std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) {
+  constexpr auto largest = std::numeric_limits<std::int64_t>::max();
+  return b != 0 && a > largest / b ? largest : a * b;
+}
+
+/// The optimizer steps the run makes when nothing stops it early (the largest int64 when more):
+/// per epoch, its training batches (within --limit-train-batches) in windows of that epoch's k.
+/// k changes only at the accumulation schedule's entries, so the epochs between two entries are
+/// counted at once, however many --epochs asks for.
 std::int64_t planned_steps(const Flags& flags, const torchbus::TrainerOptions& options,
                            std::int64_t batches_per_epoch) {
   const auto run = options.effective();
   const auto limit =
       run.limit_train_batches().batches_per_pass(batches_per_epoch, "--limit-train-batches");
   const auto batches = limit < 0 ? batches_per_epoch : std::min(limit, batches_per_epoch);
+  std::vector<std::int64_t> k_changes{0};  // the first epoch of each stretch of one k
+  for (const auto& entry : run.accumulation_schedule()) {
+    if (entry.first > 0 && entry.first < run.max_epochs()) k_changes.push_back(entry.first);
+  }
+  k_changes.push_back(std::max<std::int64_t>(0, run.max_epochs()));
   std::int64_t steps = 0;
-  for (std::int64_t epoch = 0; epoch < run.max_epochs(); ++epoch) {
-    const auto k = run.accumulate_grad_batches_at(epoch);
-    steps += (batches + k - 1) / k;
+  for (std::size_t i = 0; i + 1 < k_changes.size(); ++i) {
+    const auto k = run.accumulate_grad_batches_at(k_changes[i]);
+    const auto steps_per_epoch = batches / k + (batches % k != 0 ? 1 : 0);
+    steps = saturating_add(steps,
+                           saturating_multiply(k_changes[i + 1] - k_changes[i], steps_per_epoch));
   }
   if (flags.max_steps > 0 && flags.fast_dev_run == 0) steps = std::min(steps, flags.max_steps);
   return steps;

@@ -58,7 +58,8 @@ std::int64_t ShuffledBatches::skip(std::int64_t count) {
 }
 
 std::int64_t ShuffledBatches::batches_per_epoch() const noexcept {
-  return (shard_rows_ + batch_size_ - 1) / batch_size_;
+  // Rounded up without rows + batch_size - 1, which overflows for a batch size near 2^63.
+  return shard_rows_ / batch_size_ + (shard_rows_ % batch_size_ != 0 ? 1 : 0);
 }
 
 }  // namespace train

@@ -119,9 +119,12 @@ void SWA::on_action_start(State& state) {
   }
   TORCHBUS_CHECK(state.max_epochs >= 0, ConfigError, "SWA '", name(),
                  "': start_fraction needs max_epochs (the run has none); set start_epoch");
-  start_epoch_ = static_cast<std::int64_t>(
-      std::floor(options_.start_fraction() * static_cast<double>(state.max_epochs)));
-  start_epoch_ = std::min(start_epoch_, std::max<std::int64_t>(state.max_epochs - 1, 0));
+  const auto last_epoch = std::max<std::int64_t>(state.max_epochs - 1, 0);
+  const double start =
+      std::floor(options_.start_fraction() * static_cast<double>(state.max_epochs));
+  // A max_epochs near 2^63 rounds up to 2^63 as a double, which no int64 holds.
+  start_epoch_ =
+      start < static_cast<double>(last_epoch) ? static_cast<std::int64_t>(start) : last_epoch;
 }
 
 void SWA::on_step_start(State& state) {

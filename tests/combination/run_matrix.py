@@ -157,18 +157,15 @@ def write_idx_pair(images, labels, count, mislabel_every=0):
                       for i in range(count)))
 
 
-def write_csv(path, nan_rows=False):
+def write_csv(path):
     """~400 rows, 3 numeric features, 3 classes, learnable (class centres + small noise); one in
-    ten validation rows is mislabelled (see write_idx_pair). With nan_rows, some training rows
-    hold NaN cells (every 37th row)."""
+    ten validation rows is mislabelled (see write_idx_pair)."""
     rng = random.Random(1234)
     centres = [(0.0, 1.0, -1.0), (1.5, -0.5, 0.5), (-1.0, -1.0, 1.5)]
     lines = ["x0,x1,x2,label"]
     for i in range(CSV_ROWS):
         label = i % 3
         cells = ["%.4f" % (c + rng.gauss(0, 0.3)) for c in centres[label]]
-        if nan_rows and i % 37 == 5 and i < csv_train_rows():
-            cells[i % 3] = "nan"
         if i >= csv_train_rows() and i % 10 == 0:
             label = (label + 1) % 3
         lines.append(",".join(cells + [str(label)]))
@@ -186,9 +183,7 @@ def make_data(work):
                    os.path.join(idx, "t10k-labels-idx1-ubyte"), IDX_TEST, mislabel_every=10)
     csv = os.path.join(root, "data.csv")
     write_csv(csv)
-    csv_nan = os.path.join(root, "data_nan.csv")
-    write_csv(csv_nan, nan_rows=True)
-    return {"idx": idx, "csv": csv, "csv_nan": csv_nan}
+    return {"idx": idx, "csv": csv}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -650,10 +645,7 @@ class Matrix:
             return checks.problems, ""
 
         if end == "nan":
-            if data == "csv":
-                checks.flags = [f.replace(self.files["csv"], self.files["csv_nan"]) for f in flags]
-            else:
-                checks.flags = flags + NAN_FLAGS
+            checks.flags = flags + NAN_FLAGS  # (CSV cells of nan are refused when loaded)
             run = self.runner.run(checks.flags)
             if checks.exit_code(run, 0, "run"):
                 summary = checks.outputs(run, out, "TerminateOnNaN:*", (0, total - 1))

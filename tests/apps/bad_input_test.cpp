@@ -1,0 +1,256 @@
+// torchbus-train given bad flag values and bad data (issue 31): each is refused at once with a
+// message naming the flag (with its accepted range) or the file (with the row and column), before
+// the run directory is created. Every run is under a time limit, so a hang fails instead of
+// stalling the suite.
+
+#include "summary_json.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
+#include <support/scratch.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using torchbus::testing::has;
+using torchbus::testing::json_number;
+using torchbus::testing::json_string;
+using torchbus::testing::read_text;
+using torchbus::testing::scratch;
+using torchbus::testing::scratch_path;
+
+namespace {
+
+/// Seconds a run may take before it is killed: each of these ends in a few.
+constexpr int kTimeLimitSeconds = 20;
+
+struct Result {
+  int status = -1;     // the exit code; -1 when killed (the time limit ran out)
+  std::string output;  // stdout and stderr
+};
+
+/// Runs torchbus-train with `arguments` (shell words), killed after kTimeLimitSeconds.
+Result run_train(const std::string& arguments) {
+  const std::string command = "exec timeout -s KILL " + std::to_string(kTimeLimitSeconds) + " " +
+                              std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  BOOST_REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
+  const int status = pclose(pipe);
+  result.status = WIFEXITED(status) && WEXITSTATUS(status) != 128 + 9 ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+int lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+/// Checks that `arguments` (with --out `out`) exit 1 with a message holding each of `parts`, in a
+/// few short lines, without creating `out`.
+void expect_data_error(const std::string& arguments, const fs::path& out,
+                       const std::vector<std::string>& parts) {
+  const auto result = run_train(arguments + " --no-progress --out " + out.string());
+  BOOST_TEST(result.status == 1, arguments << ": " << result.output);
+  for (const auto& part : parts) BOOST_TEST(has(result.output, part), arguments);
+  BOOST_TEST(!has(result.output, "--help"), result.output);
+  BOOST_TEST(lines(result.output) <= 3, result.output);
+  BOOST_TEST(result.output.size() < 800u, result.output.size());
+  BOOST_TEST(!fs::exists(out), arguments << ": " << out << " was created");
+}
+
+void write_big_endian(std::ofstream& out, std::uint32_t value) {
+  const char bytes[4] = {char(value >> 24), char(value >> 16), char(value >> 8), char(value)};
+  out.write(bytes, 4);
+}
+
+/// Writes an IDX file of unsigned bytes: magic 0x800 + dimensions, the sizes, then `data`.
+void write_idx(const fs::path& path, const std::vector<std::uint32_t>& sizes,
+               const std::string& data) {
+  std::ofstream file(path, std::ios::binary);
+  write_big_endian(file, 0x800 + static_cast<std::uint32_t>(sizes.size()));
+  for (const auto size : sizes) write_big_endian(file, size);
+  file << data;
+}
+
+/// An MNIST directory of `train` and `test` images of `side`x`side` pixels (labels i % 10).
+fs::path make_mnist(const std::string& name, std::uint32_t train, std::uint32_t test,
+                    std::uint32_t side) {
+  const auto dir = scratch("bad_input_test", name);
+  const auto pair = [&](const std::string& prefix, std::uint32_t count) {
+    std::string labels;
+    for (std::uint32_t i = 0; i < count; ++i) labels += char(i % 10);
+    write_idx(dir / (prefix + "-images-idx3-ubyte"), {count, side, side},
+              std::string(std::size_t{count} * side * side, char(100)));
+    write_idx(dir / (prefix + "-labels-idx1-ubyte"), {count}, labels);
+  };
+  pair("train", train);
+  pair("t10k", test);
+  return dir;
+}
+
+fs::path make_csv(const std::string& name, const std::string& content) {
+  const auto path = scratch("bad_input_test", name) / "data.csv";
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bad_input)
+
+// Each bad value is a usage error (exit 2) naming the flag and its accepted range, found before
+// OUT is created.
+BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_range) {
+  const auto out = scratch_path("bad_input_test", "flags_out");
+  struct Case {
+    std::string arguments, flag, range;
+  };
+  // The cases of issue 31; train_test.cpp's bad_values_are_named_with_their_flag has more.
+  const std::vector<Case> cases = {
+      {"--seed -1", "--seed", ">= 0 and <= 9223372036854775807"},
+      {"--seed 18446744073709551616", "--seed", ">= 0 and <= 9223372036854775807"},
+      {"--lr 1e38", "--lr", "> 0 and <= 1e+37"},
+      {"--swa-start 0.5 --swa-lr 1e38", "--swa-lr", ">= 0 and <= 1e+37"},
+      {"--out ''", "--out", "expected a directory path, got ''"},
+      {"--epochs 99999999999999999999", "--epochs", ">= 1, got '99999999999999999999' (outside"},
+      {"--time-limit 1e10", "--time-limit", ">= 0 and <= 1e+09"},
+  };
+  for (const auto& c : cases) {
+    const auto result = run_train(c.arguments + " --out " + out.string());
+    BOOST_TEST(result.status == 2, c.arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, c.flag), c.arguments);
+    BOOST_TEST(has(result.output, c.range), c.arguments);
+    BOOST_TEST(lines(result.output) <= 3, result.output);
+    BOOST_TEST(!fs::exists(out), c.arguments << ": " << out << " was created");
+  }
+}
+
+// --lr's bound is what the run can really do: Adam's first step, 10 lr, is a float32 in LibTorch
+// (the tightest of the optimizers). At the bound the run trains, and stops at the non-finite loss
+// it soon reaches, instead of failing on a conversion.
+BOOST_AUTO_TEST_CASE(the_largest_learning_rate_trains) {
+  const auto out = scratch_path("bad_input_test", "lr_bound");
+  const auto result =
+      run_train("--lr 1e37 --optimizer adam --max-steps 3 --no-progress --out " + out.string());
+  BOOST_TEST(result.status == 0, result.output);
+  BOOST_TEST(!has(result.output, "overflow"), result.output);
+  BOOST_TEST(has(json_string(read_text(out / "summary.json"), "stop_reason"), "TerminateOnNaN"));
+}
+
+// planned_steps() counted the steps epoch by epoch: 10^12 epochs hung before training. A batch
+// size near 2^63 overflowed the batches per epoch (0 batches, said the log), and SWA's first
+// epoch, floor(1.0 * 2^63), overflowed to a negative one: its learning rate from the start.
+BOOST_AUTO_TEST_CASE(huge_epoch_counts_and_batch_sizes_train_at_once) {
+  const auto out = scratch_path("bad_input_test", "huge_epochs");
+  const auto result = run_train(
+      "--epochs 9223372036854775807 --max-steps 5 --batch-size 9223372036854775807 "
+      "--accumulate-schedule 0:1,3:2 --swa-start 1 --swa-lr 0.5 --log-every 1 --no-progress "
+      "--out " +
+      out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto summary = read_text(out / "summary.json");
+  BOOST_TEST(json_number(summary, "steps") == 5);
+  BOOST_TEST(json_string(summary, "stop_reason") == "max_steps reached");
+  BOOST_TEST(has(result.output, "epochs of 1 batches of 9223372036854775807"));
+  std::size_t logged_at_the_run_lr = 0;
+  for (auto at = result.output.find(" lr=0.001 "); at != std::string::npos;
+       at = result.output.find(" lr=0.001 ", at + 1)) {
+    ++logged_at_the_run_lr;
+  }
+  BOOST_TEST(logged_at_the_run_lr == 5u, result.output);
+}
+
+BOOST_AUTO_TEST_CASE(images_too_small_for_the_cnn_are_refused_naming_the_file) {
+  const auto out = scratch_path("bad_input_test", "tiny_out");
+  const auto tiny = make_mnist("tiny", 20, 10, 3);
+  expect_data_error(
+      "--data mnist:" + tiny.string(), out,
+      {(tiny / "train-images-idx3-ubyte").string(), "3x3 pixels", "at least 4x4", "--model mlp"});
+  // An MLP takes them.
+  const auto mlp =
+      run_train("--data mnist:" + tiny.string() + " --model mlp --epochs 1 --out " + out.string());
+  BOOST_TEST(mlp.status == 0, mlp.output);
+}
+
+// The header is checked against the file's size before anything is allocated.
+BOOST_AUTO_TEST_CASE(an_idx_header_announcing_more_than_the_file_holds_is_refused_at_once) {
+  const auto out = scratch_path("bad_input_test", "idx_out");
+  for (const std::vector<std::uint32_t>& sizes :
+       {std::vector<std::uint32_t>{0x7fffffff, 28, 28}, {0xffffffff, 0xffffffff, 0xffffffff}}) {
+    const auto dir = make_mnist("idx_header", 20, 10, 28);
+    const auto images = dir / "train-images-idx3-ubyte";
+    write_idx(images, sizes, std::string(1000, char(1)));
+    expect_data_error("--data mnist:" + dir.string(), out,
+                      {images.string(), "holds 1000 bytes of data", "more than that"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(empty_or_degenerate_idx_files_are_refused_naming_the_file) {
+  const auto out = scratch_path("bad_input_test", "empty_out");
+  const auto no_train = make_mnist("no_train", 0, 10, 28);
+  expect_data_error("--data mnist:" + no_train.string(), out,
+                    {(no_train / "train-images-idx3-ubyte").string(), "holds no images"});
+  const auto no_test = make_mnist("no_test", 20, 0, 28);
+  expect_data_error("--data mnist:" + no_test.string(), out,
+                    {(no_test / "t10k-images-idx3-ubyte").string(), "holds no images"});
+  const auto no_pixels = make_mnist("no_pixels", 20, 10, 0);
+  expect_data_error("--data mnist:" + no_pixels.string(), out,
+                    {(no_pixels / "train-images-idx3-ubyte").string(), "0x0 pixels"});
+}
+
+// A device or a FIFO (or a directory) is refused by name before it is read: /dev/zero never
+// ends, a FIFO without a writer blocks.
+BOOST_AUTO_TEST_CASE(data_that_is_not_a_regular_file_is_refused_naming_it) {
+  const auto out = scratch_path("bad_input_test", "special_out");
+  const auto dir = scratch("bad_input_test", "special");
+  const auto fifo = dir / "data.csv";
+  BOOST_TEST_REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  expect_data_error("--data csv:/dev/zero", out, {"'/dev/zero' is a character device"});
+  expect_data_error("--data csv:" + fifo.string(), out, {fifo.string() + "' is a FIFO"});
+  const auto mnist = make_mnist("fifo_mnist", 20, 10, 28);
+  const auto images = mnist / "t10k-images-idx3-ubyte";
+  fs::remove(images);
+  BOOST_TEST_REQUIRE(mkfifo(images.c_str(), 0600) == 0);
+  expect_data_error("--data mnist:" + mnist.string(), out, {images.string() + "' is a FIFO"});
+}
+
+BOOST_AUTO_TEST_CASE(a_binary_file_given_as_csv_is_quoted_briefly) {
+  const auto out = scratch_path("bad_input_test", "binary_out");
+  std::string bytes;  // 5000 bytes of every value but '\n' and ','
+  for (int i = 0; bytes.size() < 5000; ++i) {
+    const char byte = char(i * 7919 % 256);
+    if (byte != '\n' && byte != ',') bytes += byte;
+  }
+  const auto header = make_csv("binary", bytes + "\n1\n");
+  expect_data_error("--data csv:" + header.string(), out,
+                    {header.string(), "has no column 'label'; its columns are: ", "..."});
+  const auto cell = make_csv("binary_cell", "x,label\n" + bytes + ",0\n");
+  expect_data_error("--data csv:" + cell.string(), out,
+                    {cell.string(), "row 2 column 'x': '", "...' is not a number"});
+}
+
+// Features are float32: nan, inf and magnitudes beyond 3.4e38 are refused as bad labels are,
+// instead of stopping the run later on a non-finite loss.
+BOOST_AUTO_TEST_CASE(non_finite_csv_features_are_refused_naming_the_row_and_column) {
+  const auto out = scratch_path("bad_input_test", "finite_out");
+  for (const auto* cell : {"nan", "-inf", "1e39"}) {
+    const auto csv =
+        make_csv("finite", std::string("x,y,label\n1,2,0\n3,") + cell + ",1\n5,6,0\n7,8,1\n");
+    expect_data_error("--data csv:" + csv.string(), out,
+                      {csv.string(), std::string("row 3 column 'y': '") + cell + "'",
+                       "not a finite float32 number"});
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
