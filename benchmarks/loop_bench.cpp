@@ -20,7 +20,9 @@
 //   dtype=torch.bfloat16)): typical and typical_bf16 (the Trainer of (c) with
 //   TrainerOptions::precision(Precision::BF16Mixed)), python and python_bf16 (Python's hand loop
 //   without and with torch.autocast); with --cnn-variants also hand/hand_bf16 (the hand loop (a)
-//   in an autocast scope) and none/none_bf16.
+//   in an autocast scope) and none/none_bf16. On a CPU without AVX-512, where torchbus refuses
+//   bf16-mixed (check_precision_supported), only the float32 variants run and the bf16 figures
+//   read n/a.
 // The `torchbus` spdlog logger (SimpleLogger's lines) writes to a file in the temporary directory.
 //
 // Each round runs every variant once for the same number of steps (the order rotates between
@@ -815,6 +817,14 @@ int run(const Options& options) {
     return listed(options.cnn_variants, variant);
   };
   const bool has_cnn = listed(options.models, "cnn");
+  // bf16-mixed where torchbus runs it on this CPU (AVX-512); elsewhere its variants stay out.
+  std::string bf16_refusal;
+  try {
+    torchbus::check_precision_supported(torchbus::Precision::BF16Mixed, torch::kCPU);
+  } catch (const torchbus::ConfigError& error) {
+    bf16_refusal = error.what();
+  }
+  const bool bf16_runs = bf16_refusal.empty();
   const bool has_mlp = listed(options.models, "mlp32") || listed(options.models, "mlp784");
   std::unique_ptr<PythonServer> python;
   if (!options.python_script.empty() &&
@@ -845,6 +855,9 @@ int run(const Options& options) {
                       : ", Python process: " + python->malloc_settings() + " (DIFFERENT)");
   }
   std::cout << '\n';
+  if (has_cnn && !bf16_runs) {
+    std::cout << "bf16-mixed: not measured (its figures read n/a): " << bf16_refusal << '\n';
+  }
 
   // times[model][variant] = per-step times (us) of the measured rounds, by the chosen clock;
   // other_times: by the other clock (shown in the table only); faults: minor page faults per step.
@@ -877,31 +890,37 @@ int run(const Options& options) {
       std::vector<std::string> bf16_group;
       if (cnn_wanted("hand")) {
         variants["hand"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches);
-        variants["hand_bf16"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches, true);
+        if (bf16_runs)
+          variants["hand_bf16"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches, true);
       }
       if (cnn_wanted("none")) {
         variants["none"] = std::make_unique<TrainerLoop<CnnSetup>>(
             spec, batches, Subscribers::None, log_dir.path(), options.zero_grad);
-        variants["none_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
-            spec, batches, Subscribers::None, log_dir.path(), options.zero_grad, bf16);
+        if (bf16_runs) {
+          variants["none_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
+              spec, batches, Subscribers::None, log_dir.path(), options.zero_grad, bf16);
+        }
       }
       if (cnn_wanted("typical")) {
         variants["typical"] = std::make_unique<TrainerLoop<CnnSetup>>(
             spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad);
-        variants["typical_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
-            spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad, bf16);
+        if (bf16_runs) {
+          variants["typical_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
+              spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad, bf16);
+        }
       }
       for (const auto* name : {"hand", "none", "typical"}) {
         if (!cnn_wanted(name)) continue;
         order.emplace_back(name);
-        order.emplace_back(std::string(name) + kBF16Suffix);
         float32_group.emplace_back(name);
+        if (!bf16_runs) continue;
+        order.emplace_back(std::string(name) + kBF16Suffix);
         bf16_group.emplace_back(std::string(name) + kBF16Suffix);
       }
       same_arithmetic = {float32_group, bf16_group};
       if (python && cnn_wanted("python")) {
         order.emplace_back("python");
-        order.emplace_back("python_bf16");
+        if (bf16_runs) order.emplace_back("python_bf16");
       }
     }
     if (order.empty()) {
@@ -1035,12 +1054,16 @@ int run(const Options& options) {
                 : *weights_match ? "yes"
                                  : "NO")
             << "\n";
+  // A bf16 figure, or "n/a" where this CPU does not run bf16-mixed.
+  const auto bf16_figure = [&](double value, int digits) {
+    return bf16_runs ? fixed(value, digits) : std::string("n/a");
+  };
   if (has_cnn) {
     std::cout << "cnn (paired): bf16 speed-up torchbus "
-              << fixed(paired("cnn", "typical", "typical_bf16"), 3) << ", Python "
-              << fixed(paired("cnn", "python", "python_bf16"), 3) << "; Python / torchbus: float32 "
-              << fixed(paired("cnn", "python", "typical"), 3) << ", bf16 "
-              << fixed(paired("cnn", "python_bf16", "typical_bf16"), 3) << '\n';
+              << bf16_figure(paired("cnn", "typical", "typical_bf16"), 3) << ", Python "
+              << bf16_figure(paired("cnn", "python", "python_bf16"), 3)
+              << "; Python / torchbus: float32 " << fixed(paired("cnn", "python", "typical"), 3)
+              << ", bf16 " << bf16_figure(paired("cnn", "python_bf16", "typical_bf16"), 3) << '\n';
   }
   std::cout << '\n';
 
@@ -1077,14 +1100,18 @@ int run(const Options& options) {
     for (const auto& variant : kCnnVariants) {
       const bool headline = variant.rfind("typical", 0) == 0 || variant.rfind("python", 0) == 0;
       if (!headline && times["cnn"][variant].empty()) continue;
-      std::cout << "us_per_step_" << variant << "_cnn=" << fixed(us("cnn", variant), 3) << '\n';
+      std::cout << "us_per_step_" << variant << "_cnn="
+                << (is_bf16(variant) ? bf16_figure(us("cnn", variant), 3)
+                                     : fixed(us("cnn", variant), 3))
+                << '\n';
     }
-    std::cout << "bf16_speedup_cnn=" << fixed(paired("cnn", "typical", "typical_bf16"), 4) << '\n'
-              << "python_bf16_speedup_cnn=" << fixed(paired("cnn", "python", "python_bf16"), 4)
+    std::cout << "bf16_speedup_cnn=" << bf16_figure(paired("cnn", "typical", "typical_bf16"), 4)
               << '\n'
+              << "python_bf16_speedup_cnn="
+              << bf16_figure(paired("cnn", "python", "python_bf16"), 4) << '\n'
               << "python_over_torchbus_cnn=" << fixed(paired("cnn", "python", "typical"), 4) << '\n'
               << "python_over_torchbus_cnn_bf16="
-              << fixed(paired("cnn", "python_bf16", "typical_bf16"), 4) << '\n';
+              << bf16_figure(paired("cnn", "python_bf16", "typical_bf16"), 4) << '\n';
   }
   std::cout << "loop_clock=" << options.clock << '\n'
             << "same_weights="

@@ -14,6 +14,22 @@ namespace {
 /// The first bucket is kept small, as DDP's, so that its all-reduce starts early in the backward.
 constexpr std::int64_t kFirstBucketBytes = std::int64_t{1} << 20;
 
+/// The `parameter.numel()` elements of `flat` from `offset` on, as a tensor with the parameter's
+/// sizes and strides (contiguous ones when its own overlap or leave gaps). Made with set_, not as
+/// a view: autograd does not track it, so Optimizer::zero_grad's detach_() works on it.
+at::Tensor place_in(const at::Tensor& flat, std::int64_t offset, const at::Tensor& parameter) {
+  std::vector<std::int64_t> strides(parameter.strides().begin(), parameter.strides().end());
+  if (!parameter.is_non_overlapping_and_dense()) {
+    std::int64_t stride = 1;
+    for (auto d = parameter.dim(); d-- > 0;) {
+      strides[static_cast<std::size_t>(d)] = stride;
+      stride *= parameter.size(d);
+    }
+  }
+  return at::empty({0}, flat.options())
+      .set_(flat.storage(), flat.storage_offset() + offset, parameter.sizes(), strides);
+}
+
 }  // namespace
 
 GradientReducer::GradientReducer(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
@@ -58,10 +74,10 @@ GradientReducer::GradientReducer(ProcessGroup& group, const std::vector<at::Tens
     std::int64_t offset = 0;
     for (const auto index : bucket.slots) {
       auto& slot = slots_[index];
-      slot.view =
-          bucket.flat.narrow(0, offset, slot.parameter.numel()).view(slot.parameter.sizes());
+      slot.place = place_in(bucket.flat, offset, slot.parameter);
       offset += slot.parameter.numel();
     }
+    bucket.gradients = bucket.flat.narrow(0, 0, offset);
     bucket.pending = bucket.slots.size();
     if (b + 1 == buckets_.size()) {
       computed_ = bucket.flat.narrow(0, offset, slot_count);
@@ -89,13 +105,29 @@ GradientReducer::~GradientReducer() {
   for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hooks_[i]);
 }
 
+void GradientReducer::attach() {
+  for (auto& slot : slots_) {
+    auto& gradient = slot.parameter.mutable_grad();
+    if (gradient.is_same(slot.place)) continue;
+    slot.borrowed = !gradient.defined();
+    if (slot.borrowed) {
+      slot.place.zero_();
+    } else {
+      slot.place.copy_(gradient);
+    }
+    gradient = slot.place;
+  }
+}
+
 void GradientReducer::arm() {
   armed_ = true;
 }
 
+// Autograd accumulated a gradient (in place, into the bucket, unless it was replaced).
 void GradientReducer::on_gradient_ready(std::size_t index) {
-  if (!armed_) return;
   auto& slot = slots_[index];
+  slot.borrowed = false;
+  if (!armed_) return;
   auto& bucket = buckets_[slot.bucket];
   if (slot.ready) {
     // A reentrant backward (activation checkpointing) accumulated this gradient again.
@@ -103,12 +135,11 @@ void GradientReducer::on_gradient_ready(std::size_t index) {
                    "a gradient was accumulated again after its bucket's all-reduce had started "
                    "(reentrant backward in the step's last batch); data-parallel training needs "
                    "each gradient accumulated once per backward");
-    copy_in(slot);
+    gather(slot);
     return;
   }
-  copy_in(slot);
+  computed_host_.data_ptr<float>()[index] = gather(slot) ? 1.0F : 0.0F;
   slot.ready = true;
-  computed_host_.data_ptr<float>()[index] = slot.parameter.grad().defined() ? 1.0F : 0.0F;
   --bucket.pending;
   // The last bucket waits for reduce(): it carries the status, final only after the backward.
   while (next_bucket_ + 1 < buckets_.size() && buckets_[next_bucket_].pending == 0) {
@@ -117,13 +148,18 @@ void GradientReducer::on_gradient_ready(std::size_t index) {
   }
 }
 
-void GradientReducer::copy_in(Slot& slot) {
-  const auto& gradient = slot.parameter.grad();
-  if (gradient.defined()) {
-    slot.view.copy_(gradient);
-  } else {
-    slot.view.zero_();
+// The slot's gradient into its place (where something replaced it: copied, and the place
+// restored); whether this rank has a gradient for it.
+bool GradientReducer::gather(Slot& slot) {
+  auto& gradient = slot.parameter.mutable_grad();
+  if (gradient.is_same(slot.place)) return !slot.borrowed;
+  if (!gradient.defined()) {
+    slot.place.zero_();
+    return false;
   }
+  slot.place.copy_(gradient);
+  gradient = slot.place;
+  return true;
 }
 
 void GradientReducer::reduce() {
@@ -131,16 +167,14 @@ void GradientReducer::reduce() {
   struct Reset {
     GradientReducer& reducer;
     ~Reset() {
-      for (auto& slot : reducer.slots_) slot.ready = false;
+      for (auto& slot : reducer.slots_) slot.ready = slot.borrowed = false;
       for (auto& bucket : reducer.buckets_) bucket.pending = bucket.slots.size();
       reducer.next_bucket_ = 0;
     }
   } reset{*this};
   auto* computed = computed_host_.data_ptr<float>();
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].ready) continue;
-    copy_in(slots_[i]);
-    computed[i] = slots_[i].parameter.grad().defined() ? 1.0F : 0.0F;
+    if (!slots_[i].ready) computed[i] = gather(slots_[i]) ? 1.0F : 0.0F;
   }
   computed_.copy_(computed_host_);
   for (; next_bucket_ < buckets_.size(); ++next_bucket_) {
@@ -148,17 +182,16 @@ void GradientReducer::reduce() {
   }
   group_.wait_pending();
   computed_host_.copy_(computed_);
+  for (auto& bucket : buckets_) bucket.gradients.mul_(mean_scale_);
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    auto& slot = slots_[i];
-    auto& gradient = slot.parameter.mutable_grad();
+    auto& gradient = slots_[i].parameter.mutable_grad();
     if (computed[i] == 0.0F) {
       // No rank computed it: left undefined, as on one process, not turned into zeros that
       // momentum and weight decay would act on.
       gradient.reset();
-      continue;
+    } else if (!gradient.defined()) {
+      gradient = slots_[i].place;  // only other ranks computed it
     }
-    if (!gradient.defined()) gradient = at::empty_like(slot.parameter);
-    at::mul_out(gradient, slot.view, mean_scale_);
   }
 }
 

@@ -379,7 +379,9 @@ void Trainer::run_batch(Batch& batch) {
     if (!state_.cancelled) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
-      // The window's last backward starts the gradient all-reduces as buckets become final.
+      // The window's first backward accumulates into the gradient buckets, its last starts the
+      // all-reduces as buckets become final.
+      if (reducer_ && !window_has_backward_) reducer_->attach();
       if (reducer_ && state_.window_position + 1 == window) reducer_->arm();
       backward(loss_scaler_ ? loss_scaler_->scale(scaled) : scaled);
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.

@@ -243,6 +243,59 @@ BOOST_AUTO_TEST_CASE(a_gradient_reducer_in_a_world_of_one_leaves_gradients_as_th
   BOOST_TEST(torch::equal(reducer.status(), torch::tensor({1.0F, 2.0F, 3.0F})));
 }
 
+// attach() makes every gradient its place in the bucket, with the parameter's strides: autograd
+// accumulates the window's backwards there, reduce() leaves the sums where they are (the mean of
+// one rank), and Optimizer::zero_grad (detach_ and zero_ in LibTorch 1.13) works on them. A
+// gradient replaced by hand is copied into its place, which becomes the gradient again.
+BOOST_AUTO_TEST_CASE(attached_gradients_live_in_the_buckets) {
+  auto group = ProcessGroup::connect(LaunchEnvironment{});
+  torch::manual_seed(0);
+  torch::nn::Sequential model(torch::nn::Conv2d(2, 3, 3), torch::nn::Flatten(),
+                              torch::nn::Linear(12, 4));
+  const auto parameters = model->parameters();
+  {
+    torch::NoGradGuard no_grad;
+    parameters[0].set_data(parameters[0].contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  const auto input = torch::randn({2, 2, 4, 4});
+  model->forward(input).sum().backward();
+  model->forward(input * 2).sum().backward();
+  std::vector<at::Tensor> expected;
+  for (const auto& parameter : parameters) {
+    expected.push_back(parameter.grad().clone());
+    parameter.mutable_grad().reset();
+  }
+
+  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.1));
+  GradientReducer reducer(*group, parameters, 1 << 20, 0);
+  reducer.attach();
+  std::vector<const void*> places;
+  for (const auto& parameter : parameters) {
+    BOOST_TEST(parameter.grad().is_alias_of(parameters.front().grad()));  // one bucket
+    BOOST_TEST(parameter.grad().strides() == parameter.strides());
+    places.push_back(parameter.grad().data_ptr());
+  }
+  model->forward(input).sum().backward();
+  reducer.arm();
+  model->forward(input * 2).sum().backward();
+  reducer.reduce();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    BOOST_TEST_CONTEXT("parameter " << i) {
+      BOOST_TEST(parameters[i].grad().data_ptr() == places[i]);
+      BOOST_TEST(torch::equal(parameters[i].grad(), expected[i]));
+    }
+  }
+  optimizer.zero_grad();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    BOOST_TEST(parameters[i].grad().data_ptr() == places[i]);
+    BOOST_TEST(torch::equal(parameters[i].grad(), torch::zeros_like(parameters[i])));
+  }
+  parameters[1].mutable_grad() = torch::full_like(parameters[1], 2.0);
+  reducer.reduce();
+  BOOST_TEST(parameters[1].grad().data_ptr() == places[1]);
+  BOOST_TEST(torch::equal(parameters[1].grad(), torch::full_like(parameters[1], 2.0)));
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_are_rejected) {
   BOOST_CHECK_THROW(
       ProcessGroup::connect(LaunchEnvironment{}, DistributedOptions().bucket_bytes(0)),

@@ -5,11 +5,17 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
+#include <support/bf16_support.hpp>
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <set>
+#include <sstream>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -70,13 +76,19 @@ std::vector<Batch> learnable_batches() {
   return batches;
 }
 
-bool bf16_supported() {
-  try {
-    check_precision_supported(Precision::BF16Mixed, torch::kCPU);
-    return true;
-  } catch (const ConfigError&) {
-    return false;
+/// Whether the kernel lists all of `flags` among the CPU's flags in /proc/cpuinfo.
+bool cpuinfo_lists(const std::vector<std::string>& flags) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  BOOST_TEST_REQUIRE(cpuinfo.good(), "cannot read /proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    const std::set<std::string> listed{std::istream_iterator<std::string>(words), {}};
+    return std::all_of(flags.begin(), flags.end(),
+                       [&](const std::string& flag) { return listed.count(flag) == 1; });
   }
+  BOOST_FAIL("/proc/cpuinfo has no flags line");
+  return false;
 }
 
 struct CudaPresent {
@@ -220,6 +232,25 @@ BOOST_AUTO_TEST_CASE(float16_on_the_cpu_is_refused_before_training) {
     BOOST_TEST(std::string(error.what())
                    .find("precision 16-mixed (float16 autocast with loss "
                          "scaling) needs a CUDA device, got cpu") != std::string::npos);
+  }
+  BOOST_TEST(recorder->events.empty());
+}
+
+// bf16-mixed runs exactly where the CPU has AVX-512 BW, VL and DQ (as the kernel reports them);
+// elsewhere the trainer refuses it before the first event, naming the missing features.
+BOOST_AUTO_TEST_CASE(bf16_is_refused_before_training_exactly_where_the_cpu_lacks_avx512) {
+  const bool avx512 = cpuinfo_lists({"avx512bw", "avx512vl", "avx512dq"});
+  BOOST_TEST(bf16_supported() == avx512);
+  if (avx512) return;  // the bf16 tests above run
+  BOOST_TEST_MESSAGE("this CPU lacks AVX-512: checking that bf16-mixed is refused");
+  Run run(TrainerOptions().precision(Precision::BF16Mixed));
+  auto recorder = std::make_shared<RecordingCallback>();
+  run.trainer.add(recorder);
+  try {
+    run.trainer.fit(make_batches(2, 4));
+    BOOST_FAIL("expected ConfigError");
+  } catch (const ConfigError& error) {
+    BOOST_TEST(std::string(error.what()) == kBf16Refusal);
   }
   BOOST_TEST(recorder->events.empty());
 }

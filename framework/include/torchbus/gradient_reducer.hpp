@@ -21,9 +21,13 @@ class ProcessGroup;
 
 /// Persistent gradient buckets of one model: parameters in reverse order (the last layers, whose
 /// gradients are final first, lead), at most `bucket_bytes` each and the first at most 1 MiB,
-/// one dtype per bucket. Armed before the last backward of a step, a bucket's all-reduce starts
-/// as soon as autograd has accumulated every gradient in it; `reduce()` starts the rest, waits and
-/// writes the means back. A small status vector rides in the last bucket, summed across ranks.
+/// one dtype per bucket. The gradients live in the buckets, as PyTorch DDP's with
+/// `gradient_as_bucket_view`: from `attach()` on, each parameter's gradient is a tensor sharing its
+/// bucket's memory (with the parameter's strides), so autograd accumulates into the bucket and
+/// nothing is copied in or out. Armed before the last backward of a step, a bucket's all-reduce
+/// starts as soon as autograd has accumulated every gradient in it; `reduce()` starts the rest,
+/// waits and turns the sums into means in place. A small status vector rides in the last bucket,
+/// summed across ranks.
 class GradientReducer {
  public:
   /// Buckets for `parameters` (those requiring a gradient; the same model on every rank) and a
@@ -34,11 +38,14 @@ class GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
+  /// Before the step's first backward: every gradient becomes its place in the bucket, zeros where
+  /// it was undefined; a gradient that replaced its place (set by hand) is copied in.
+  void attach();
   /// The next backward is the step's last: buckets start as their gradients become final.
   void arm();
   /// Starts the buckets not started yet (with the status in the last), waits for all, and
   /// replaces every gradient by its mean over the ranks, a missing one counting as zeros: a
-  /// gradient no rank computed stays undefined, one only others computed is defined afterwards.
+  /// gradient no rank computed is undefined, one only others computed is defined afterwards.
   void reduce();
   /// Values summed across ranks by reduce(): write them before, read the sums after. On the
   /// parameters' device, in the last bucket's dtype.
@@ -49,19 +56,20 @@ class GradientReducer {
  private:
   struct Slot {
     at::Tensor parameter;
-    at::Tensor view;     // its place in the bucket, shaped like the parameter
-    std::size_t bucket;  // index into buckets_
-    bool ready = false;  // its gradient is in the bucket (this step)
+    at::Tensor place;       // its gradient's memory in the bucket, sized and strided like it
+    std::size_t bucket;     // index into buckets_
+    bool ready = false;     // its gradient is final (this step's last backward)
+    bool borrowed = false;  // the gradient is its place, lent to an undefined one: no gradient yet
   };
   struct Bucket {
     at::Tensor flat;
+    at::Tensor gradients;            // the part of flat holding gradients
     std::vector<std::size_t> slots;  // indices into slots_
     std::size_t pending = 0;         // slots not ready yet
   };
 
   void on_gradient_ready(std::size_t slot);
-  void copy_in(Slot& slot);
-  void start_ready_buckets();
+  bool gather(Slot& slot);
 
   ProcessGroup& group_;
   std::vector<Slot> slots_;
