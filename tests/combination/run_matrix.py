@@ -29,7 +29,9 @@ damage the checkpoints of an interrupted run and check what --resume does: no cr
 exit 0 continuing a genuine checkpoint (to the uninterrupted run's parameters), or exit 1
 naming the checkpoints with nothing in the run changed. faults/mutations applies %d random
 mutations (bit flips, truncation, appended or zeroed bytes, files swapped with another run's,
-payloads changed behind a recomputed CRC, odd entries), %d with --full.
+payloads changed behind a recomputed CRC, odd entries), %d with --full. faults/bad_flags runs
+the campaign's bad values (exit 2 naming the flag, nothing written); faults/startup_signals
+sends stop signals during start-up and at the rendezvous (exit 128+N within seconds).
 
 --sample N spreads the cells evenly over the ends. Random values of a cell (signal step, kill
 delay, max-steps) come from Random("<seed>/<cell>"), so `--cell ID --seed S` reruns what the
@@ -833,7 +835,23 @@ class Matrix:
 # ----------------------------------------------------------------------------------------------
 # Faults: what a damaged run directory does to --resume. Each scenario is a cell "faults/NAME".
 
-FAULTS = ["all_corrupt", "forged_payload", "mutations"]
+FAULTS = ["all_corrupt", "forged_payload", "mutations", "bad_flags", "startup_signals"]
+# The campaign's bad values (issue 31): each is exit 2 naming the flag, found before OUT exists,
+# within seconds (the first hung: it walked every epoch).
+BAD_FLAGS = [
+    (["--epochs", "1000000000000", "--max-steps", "5", "--lr", "1e38"], "--lr"),
+    (["--lr", "1e38"], "--lr"),
+    (["--seed", "-1"], "--seed"),
+    (["--seed", "18446744073709551616"], "--seed"),
+    (["--out", ""], "--out"),
+    (["--epochs", "0"], "--epochs"),
+    (["--batch-size", "-3"], "--batch-size"),
+    (["--time-limit", "nan"], "--time-limit"),
+    (["--ema", "inf"], "--ema"),
+    (["--limit-train-batches", "1.5"], "--limit-train-batches"),
+    (["--accumulate-schedule", "0:0"], "--accumulate-schedule"),
+    (["--threads", "100000"], "--threads"),
+]
 # A small run with several checkpoints, interrupted (no summary) so that a resume trains on.
 FAULT_FLAGS = ["--batch-size", "256", "--epochs", "1", "--limit-train-batches", "20",
                "--checkpoint-every", "4", "--val-every", "0"] + COMMON
@@ -1052,6 +1070,68 @@ class Faults:
             run = self.resume(checks, out, what)
             kinds.setdefault(kind, [0, 0])[0 if run.rc == 0 else 1] += 1
         return ", ".join("%s %d resumed/%d refused" % (k, v[0], v[1]) for k, v in sorted(kinds.items()))
+
+    def bad_flags(self, checks):
+        out = os.path.join(self.matrix.options.work, "cells", "faults-bad_flags")
+        shutil.rmtree(out, ignore_errors=True)
+        for extra, flag in BAD_FLAGS:
+            arguments = COMMON + extra
+            if "--out" not in extra:
+                arguments = arguments + ["--out", out]
+            what = " ".join(shlex.quote(a) for a in extra)
+            run = self.runner.finish(self.runner.start(arguments), timeout=30)
+            checks.usage_error(run, what, out, None)
+            if flag not in run.stderr:
+                checks.fail("%s: the message does not name %s: %s" % (what, flag, run.last_stderr()))
+            if os.path.lexists(out):
+                checks.fail("%s: exit %s, yet %s was created" % (what, run.rc, out))
+                shutil.rmtree(out, ignore_errors=True)
+        return "%d bad values" % len(BAD_FLAGS)
+
+    def startup_signals(self, checks):
+        """A stop signal at any moment of start-up (loading LibTorch, the data, the model) exits
+        with 128+N before anything is written; at the rendezvous of a rank whose peer never
+        comes, within seconds."""
+        out = os.path.join(self.matrix.options.work, "cells", "faults-startup_signals")
+        rng = random.Random("startup_signals")
+        for delay in [0.0, 0.02, 0.08, 0.2, 0.5] + [rng.uniform(0, 0.6) for _ in range(3)]:
+            number = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1])
+            shutil.rmtree(out, ignore_errors=True)
+            what = "%s %.0f ms after start" % (signal.Signals(number).name, delay * 1000)
+            run = self.runner.start(COMMON + ["--epochs", "3", "--out", out])
+            time.sleep(delay)
+            os.kill(run.process.pid, number)
+            self.runner.finish(run, timeout=30)
+            if not checks.exit_code(run, 128 + number, what):
+                continue
+            # Before training: nothing of the run; once it trains: a graceful stop.
+            if os.path.exists(os.path.join(out, "summary.json")):
+                reason = read_summary(out).get("stop_reason")
+                if reason != "interrupted (%s)" % signal.Signals(number).name:
+                    checks.fail("%s: summary.json says %s" % (what, json.dumps(reason)))
+            elif "run failed" in run.output():
+                checks.fail("%s: 'run failed' in the output" % what)
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29600 + rng.randrange(300)))
+        shutil.rmtree(out, ignore_errors=True)
+        saved = os.environ.copy()
+        os.environ.update(env)
+        try:
+            run = self.runner.start(COMMON + ["--out", out])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        time.sleep(3.0)  # rank 0 waits at the rendezvous for rank 1, which never comes
+        started = time.monotonic()
+        os.kill(run.process.pid, signal.SIGINT)
+        self.runner.finish(run, timeout=30)
+        if checks.exit_code(run, 130, "SIGINT at the rendezvous"):
+            if time.monotonic() - started > 5:
+                checks.fail("SIGINT at the rendezvous: took %.1f s to exit" %
+                            (time.monotonic() - started))
+            if "run failed" in run.output() or os.path.exists(os.path.join(out, "summary.json")):
+                checks.fail("SIGINT at the rendezvous: wrote a failure or a summary")
+        return ""
 
     def run_cell(self, name, options):
         checks = Checks(self.runner, self.flags("-"))
