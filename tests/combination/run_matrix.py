@@ -893,6 +893,20 @@ def frame_checkpoint(head, payload):
     return covered + struct.pack("<I", crc32c(covered + payload)) + payload
 
 
+def wait_for_handler(pid, number, seconds=5.0):
+    """Waits until process `pid` catches signal `number` (SigCgt in /proc/PID/status)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                caught = next(int(l.split()[1], 16) for l in f if l.startswith("SigCgt:"))
+            if caught & (1 << (number - 1)):
+                return
+        except (OSError, StopIteration, ValueError):
+            return  # gone: the caller sees how it ended
+        time.sleep(0.0005)
+
+
 class Faults:
     def __init__(self, matrix):
         self.matrix = matrix
@@ -1099,6 +1113,7 @@ class Faults:
             shutil.rmtree(out, ignore_errors=True)
             what = "%s %.0f ms after start" % (signal.Signals(number).name, delay * 1000)
             run = self.runner.start(COMMON + ["--epochs", "3", "--out", out])
+            wait_for_handler(run.process.pid, number)  # the launcher's first act; exec is before it
             time.sleep(delay)
             os.kill(run.process.pid, number)
             self.runner.finish(run, timeout=30)
