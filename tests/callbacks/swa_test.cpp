@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(a_stop_at_the_last_step_of_an_epoch_then_a_resume_averages_
   auto stopped = std::make_shared<SWA>(options);
   first.trainer.add(stopped);
   first.trainer.on(Event::StepEnd, [](State& state) {
-    if (state.step == 6) state.request_stop("stop at the end of epoch 1");
+    if (state.step == 6) state.request_stop("stop at the end of epoch 1", StopKind::Interrupted);
   });
   // Saved at ActionEnd before SWA puts the average into the model (a Role::Checkpoint subscriber,
   // as ModelCheckpoint is).
