@@ -66,7 +66,8 @@ BOOST_AUTO_TEST_CASE(a_finished_stop_is_kept_and_a_resume_trains_nothing) {
   std::string events;
   for (const auto event : {Event::ActionStart, Event::EpochStart, Event::StepStart,
                            Event::BatchStart, Event::EpochEnd, Event::ActionEnd}) {
-    resumed.trainer.on(event, [&events, event](State&) { events += std::string(to_string(event)) + " "; });
+    resumed.trainer.on(event,
+                       [&events, event](State&) { events += std::string(to_string(event)) + " "; });
   }
   resumed.trainer.resume_from(file);
   resumed.fit();
