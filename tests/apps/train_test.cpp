@@ -537,7 +537,7 @@ BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
   // the finished one (a checkpoint of another identity would be refused).
   const auto resumed = run_train(flags + "--find-lr --resume --out " + out.string());
   BOOST_TEST(resumed.status == 0, resumed.output);
-  BOOST_TEST(has(resumed.output, "already finished: completed"), resumed.output);
+  BOOST_TEST(has(resumed.output, "already finished: max_steps reached"), resumed.output);
   // --lr and --find-lr together: a usage error.
   const auto both = run_train("--lr 0.1 --find-lr --out " + out.string());
   BOOST_TEST(both.status == 2, both.output);
