@@ -4,8 +4,8 @@
 
 #include <boost/test/unit_test.hpp>
 #include <support/bf16_support.hpp>
-#include <support/crc32c.hpp>
 #include <support/errors.hpp>
+#include <support/reframe_checkpoint.hpp>
 #include <support/scratch.hpp>
 #include <support/tfrecord_reader.hpp>
 #include <support/xml_check.hpp>
@@ -957,14 +957,9 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_falls_back_to_an_older
   const auto newest = out / "checkpoints" / fs::read_symlink(out / "checkpoints" / "last.tbckpt");
   const auto bytes = read_text(newest);
   const std::string payload = "this is not a zip archive, though its CRC is right";
-  const auto header_size = bytes.size() - torchbus::read_checkpoint_payload(newest).size();
-  auto framed = bytes.substr(0, header_size - 12);
-  for (int i = 0; i < 8; ++i)
-    framed.push_back(static_cast<char>((payload.size() >> (8 * i)) & 0xFF));
-  const auto crc =
-      torchbus::testing::crc32c((framed + payload).data(), framed.size() + payload.size());
-  for (int i = 0; i < 4; ++i) framed.push_back(static_cast<char>((crc >> (8 * i)) & 0xFF));
-  std::ofstream(newest, std::ios::binary | std::ios::trunc) << framed + payload;
+  std::ofstream(newest, std::ios::binary | std::ios::trunc)
+      << torchbus::testing::reframe_checkpoint(
+             bytes, torchbus::read_checkpoint_payload(newest).size(), payload);
   BOOST_CHECK_NO_THROW(torchbus::read_checkpoint_payload(newest));  // the framing is valid
   const auto resumed = run_train(flags + " --resume --out " + out.string());
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);

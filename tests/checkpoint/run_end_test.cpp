@@ -5,7 +5,7 @@
 #include "resume_setup.hpp"
 
 #include <boost/test/unit_test.hpp>
-#include <support/crc32c.hpp>
+#include <support/reframe_checkpoint.hpp>
 #include <support/scratch.hpp>
 
 #include <sys/stat.h>
@@ -34,21 +34,6 @@ ResumeRun& stopped_run(ResumeRun& run, StopKind kind, const fs::path& file) {
 std::string bytes_of(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// `original` (a framed checkpoint) with its payload replaced by `payload` and a CRC that matches.
-std::string reframed(const std::string& original, std::size_t payload_size,
-                     const std::string& payload) {
-  // Version 2: ... payload size (8 bytes), CRC-32C of everything before it and the payload (4).
-  auto framed = original.substr(0, original.size() - payload_size - 12);
-  for (int i = 0; i < 8; ++i) {
-    framed.push_back(
-        static_cast<char>((static_cast<std::uint64_t>(payload.size()) >> (8 * i)) & 0xFF));
-  }
-  const auto covered = framed + payload;
-  const auto crc = crc32c(covered.data(), covered.size());
-  for (int i = 0; i < 4; ++i) framed.push_back(static_cast<char>((crc >> (8 * i)) & 0xFF));
-  return framed + payload;
 }
 
 }  // namespace
@@ -128,7 +113,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_is_a_named_checkpoint_
     const auto offset = payload.size() * trial / trials;
     for (std::size_t i = offset; i < std::min(payload.size(), offset + 4); ++i) changed[i] = '`';
     std::ofstream(damaged, std::ios::binary | std::ios::trunc)
-        << reframed(original, payload.size(), changed);
+        << reframe_checkpoint(original, payload.size(), changed);
     ResumeRun target(77);
     for (const auto& load :
          {std::function<void()>([&] { target.trainer.load_checkpoint(damaged); }),
@@ -149,7 +134,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_is_a_named_checkpoint_
 
   // A payload that is no archive at all, as the newest checkpoint of a folder: skipped, named.
   std::ofstream(folder / "step-4.tbckpt", std::ios::binary | std::ios::trunc)
-      << reframed(original, payload.size(), "not an archive, though its CRC is right");
+      << reframe_checkpoint(original, payload.size(), "not an archive, though its CRC is right");
   BOOST_CHECK_NO_THROW(read_checkpoint_payload(folder / "step-4.tbckpt"));
   ResumeRun resumed(99);
   resumed.trainer.resume_from(folder);
