@@ -956,10 +956,10 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_falls_back_to_an_older
   // Re-frame the newest checkpoint around a payload that is no archive, with a matching CRC.
   const auto newest = out / "checkpoints" / fs::read_symlink(out / "checkpoints" / "last.tbckpt");
   const auto bytes = read_text(newest);
-  const std::string payload = "this is not a zip archive, though its CRC is right";
-  std::ofstream(newest, std::ios::binary | std::ios::trunc)
-      << torchbus::testing::reframe_checkpoint(
-             bytes, torchbus::read_checkpoint_payload(newest).size(), payload);
+  const auto forged =
+      torchbus::testing::reframe_checkpoint(bytes, torchbus::read_checkpoint_payload(newest).size(),
+                                            "this is not a zip archive, though its CRC is right");
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << forged;
   BOOST_CHECK_NO_THROW(torchbus::read_checkpoint_payload(newest));  // the framing is valid
   const auto resumed = run_train(flags + " --resume --out " + out.string());
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
