@@ -22,3 +22,29 @@ function(torchbus_add_library name)
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endfunction()
+
+# Parsing torch/torch.h takes ~15 s per source file, so every target of this repository that
+# includes it compiles against a precompiled copy. A precompiled header is valid only for sources
+# built with the same flags and definitions, so there are two, each built once:
+# - torchbus_framework's own (position-independent, spdlog's definitions), reused by
+#   torchbus_callbacks and the torchbus-train module: torchbus_use_library_pch(target);
+# - torchbus_program_pch (an executable linked to torchbus::callbacks), reused by the examples,
+#   the docs programs and the test helper programs: torchbus_use_program_pch(target).
+# The test suites have their own (tests/CMakeLists.txt), with Boost.Test in it.
+function(torchbus_use_library_pch target)
+  if(target STREQUAL "torchbus_framework")
+    target_precompile_headers(torchbus_framework PRIVATE <torch/torch.h>)
+  else()
+    target_precompile_headers(${target} REUSE_FROM torchbus_framework)
+  endif()
+endfunction()
+
+function(torchbus_use_program_pch target)
+  if(NOT TARGET torchbus_program_pch)
+    add_library(torchbus_program_pch OBJECT EXCLUDE_FROM_ALL ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+    target_link_libraries(torchbus_program_pch PRIVATE torchbus::callbacks)
+    torchbus_set_warnings(torchbus_program_pch)
+    target_precompile_headers(torchbus_program_pch PRIVATE <torch/torch.h>)
+  endif()
+  target_precompile_headers(${target} REUSE_FROM torchbus_program_pch)
+endfunction()
