@@ -3,6 +3,7 @@
 // the run directory is created. Every run is under a time limit, so a hang fails instead of
 // stalling the suite.
 
+#include "run_train.hpp"
 #include "summary_json.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -10,11 +11,8 @@
 #include <support/scratch.hpp>
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,29 +25,16 @@ using torchbus::testing::json_string;
 using torchbus::testing::read_text;
 using torchbus::testing::scratch;
 using torchbus::testing::scratch_path;
+using torchbus::testing::TrainResult;
 
 namespace {
 
 /// Seconds a run may take before it is killed: each of these ends in a few.
 constexpr int kTimeLimitSeconds = 20;
 
-struct Result {
-  int status = -1;     // the exit code; -1 when killed (the time limit ran out)
-  std::string output;  // stdout and stderr
-};
-
-/// Runs torchbus-train with `arguments` (shell words), killed after kTimeLimitSeconds.
-Result run_train(const std::string& arguments) {
-  const std::string command = "exec timeout -s KILL " + std::to_string(kTimeLimitSeconds) + " " +
-                              std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  BOOST_REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) && WEXITSTATUS(status) != 128 + 9 ? WEXITSTATUS(status) : -1;
-  return result;
+/// Runs torchbus-train with `arguments`, killed after kTimeLimitSeconds.
+TrainResult run_train(const std::string& arguments) {
+  return torchbus::testing::run_train(arguments, "", kTimeLimitSeconds);
 }
 
 int lines(const std::string& text) {

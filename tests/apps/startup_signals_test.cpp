@@ -7,6 +7,7 @@
 #include <distributed/launch.hpp>
 #include <support/errors.hpp>
 #include <support/scratch.hpp>
+#include <torchbus-train/stop_signals.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -112,27 +113,13 @@ std::vector<std::string> train_command(const fs::path& out) {
   return {kTrain, "--max-steps", "5", "--threads", "1", "--no-progress", "--out", out.string()};
 }
 
-/// The signal's name as torchbus-train logs it.
-std::string name_of(int signal) {
-  switch (signal) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "SIGUSR1";
-  }
-}
-
 /// What a process stopped by `signal` before training shows: exit 128+N after the start-up line.
 void check_stopped_before_training(const Ending& ending, int signal, const fs::path& out) {
   BOOST_TEST_INFO("output: " << ending.output);
   BOOST_TEST(ending.killed_by == 0);  // not killed by the signal: its handler was installed
   BOOST_TEST(ending.exit_code == 128 + signal);
-  BOOST_TEST(has(ending.output,
-                 name_of(signal) + " during start-up: exiting before training, nothing written"));
+  BOOST_TEST(has(ending.output, train::signal_name(signal) +
+                                    " during start-up: exiting before training, nothing written"));
   BOOST_TEST(!contains(ending.output, "run failed"));
   BOOST_TEST(!fs::exists(out));
 }
@@ -173,7 +160,8 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_while_the_program_loads_exits_128_plus_n_with
   }
   for (std::size_t i = 0; i < shots.size(); ++i) {
     const auto tag = std::to_string(i);
-    BOOST_TEST_CONTEXT(name_of(shots[i].signal) << " " << shots[i].after_ms << " ms after exec") {
+    BOOST_TEST_CONTEXT(train::signal_name(shots[i].signal)
+                       << " " << shots[i].after_ms << " ms after exec") {
       const auto ending = wait_for(pids[i], work.path / (tag + ".log"), 60, started[i]);
       check_stopped_before_training(ending, shots[i].signal, work.path / ("out" + tag));
     }
@@ -204,7 +192,8 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_at_the_rendezvous_exits_128_plus_n_within_sec
   }
   for (std::size_t i = 0; i < lones.size(); ++i) {
     const auto tag = std::to_string(i);
-    BOOST_TEST_CONTEXT("rank " << lones[i].rank << " alone, " << name_of(lones[i].signal)) {
+    BOOST_TEST_CONTEXT("rank " << lones[i].rank << " alone, "
+                               << train::signal_name(lones[i].signal)) {
       const auto log = work.path / (tag + ".log");
       const bool waiting = wait_until_written(log, lones[i].waiting);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // well inside the wait

@@ -1,5 +1,6 @@
 // torchbus-train end to end: it is run as a user would run it, and its outputs are read back.
 
+#include "run_train.hpp"
 #include "summary_json.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -15,7 +16,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,29 +29,11 @@ using torchbus::testing::has;
 using torchbus::testing::json_number;
 using torchbus::testing::json_string;
 using torchbus::testing::read_text;
+using torchbus::testing::run_train;
 using torchbus::testing::scratch;
 using torchbus::testing::scratch_path;
 
 namespace {
-
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-/// Runs torchbus-train with `arguments` through sh, after the shell commands `setup` (e.g. limits).
-Result run_train(const std::string& arguments, const std::string& setup = "") {
-  const std::string command =
-      setup + " exec " + std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  BOOST_REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 /// What signal_train returns when signal N killed the process (an exit code is returned as is).
 constexpr int kKilledBy = 256;

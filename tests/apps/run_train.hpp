@@ -1,0 +1,42 @@
+#pragma once
+
+// Running torchbus-train as a user does, through sh, and collecting what it printed.
+
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace torchbus::testing {
+
+/// What a run of torchbus-train gave back.
+struct TrainResult {
+  int status = -1;     ///< the exit code; -1 when a signal ended it (the time limit included)
+  std::string output;  ///< stdout and stderr
+};
+
+/// Runs torchbus-train with `arguments` (shell words) through sh, after the shell commands `setup`
+/// (e.g. limits), killed after `time_limit_seconds` when that is not 0.
+inline TrainResult run_train(const std::string& arguments, const std::string& setup = "",
+                             int time_limit_seconds = 0) {
+  const std::string limit = time_limit_seconds > 0
+                                ? "timeout -s KILL " + std::to_string(time_limit_seconds) + " "
+                                : std::string();
+  const std::string command =
+      setup + " exec " + limit + std::string(TORCHBUS_TRAIN_PATH) + " " + arguments + " 2>&1";
+  TrainResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  BOOST_REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
+  const int status = pclose(pipe);
+  // timeout's SIGKILL of its child shows as the exit code 128 + 9.
+  const bool killed = time_limit_seconds > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 128 + 9;
+  result.status = WIFEXITED(status) && !killed ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace torchbus::testing
