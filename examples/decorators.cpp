@@ -24,14 +24,16 @@ void check_learning_rate(torchbus::State&) {
 
 }  // namespace
 
-// Like NeMo's @on_epoch_start: every Trainer built in this program connects these.
+// Like NeMo's @on_epoch_start: every Trainer of this program that opts in connects these.
 TORCHBUS_SUBSCRIBE(torchbus::on_epoch_start(announce_epoch));
 TORCHBUS_SUBSCRIBE(torchbus::on_step_end(torchbus::every(25), report_loss));
 
 int main() {
   auto model = toy::model();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-  torchbus::Trainer trainer(model, optimizer, toy::loss, torchbus::TrainerOptions().max_epochs(2));
+  torchbus::Trainer trainer(
+      model, optimizer, toy::loss,
+      torchbus::TrainerOptions().max_epochs(2).use_registered_subscriptions(true));
 
   // The same helpers without the macro: a value to add to one trainer.
   trainer.add(torchbus::on_after_optimizer_step(check_learning_rate));

@@ -61,7 +61,8 @@ bool register_subscription(Subscription subscription);
 
 /// Registers a subscription at namespace scope, e.g.
 /// `TORCHBUS_SUBSCRIBE(torchbus::on_step_end(torchbus::every(10), log_loss));`
-/// Every Trainer (and `EventBus::add_registered`) connects the registered subscriptions.
+/// A Trainer built with `TrainerOptions::use_registered_subscriptions(true)`, and
+/// `EventBus::add_registered`, connect the registered subscriptions.
 #define TORCHBUS_SUBSCRIBE(...)                                                               \
   [[maybe_unused]] static const bool TORCHBUS_DETAIL_CONCAT(torchbus_subscribed_, __LINE__) = \
       ::torchbus::register_subscription(__VA_ARGS__)

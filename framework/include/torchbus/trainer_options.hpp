@@ -74,8 +74,9 @@ struct TrainerOptions {
   /// What makes this run's result ("key=value" lines: data, model, seed, ...), written into every
   /// checkpoint; a checkpoint of another identity is never resumed (empty: no check).
   TORCH_ARG(std::string, run_identity) = "";
-  /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built.
-  TORCH_ARG(bool, use_registered_subscriptions) = true;
+  /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built
+  /// (opt-in: the registry is process-wide).
+  TORCH_ARG(bool, use_registered_subscriptions) = false;
 
  public:
   /// Throws ConfigError naming the first option that is out of range.
