@@ -1,6 +1,5 @@
 #include "model_weights.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
@@ -11,6 +10,7 @@
 #include <torchbus/connection.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/rng_state.hpp>
 #include <torchbus/state.hpp>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 #include <iterator>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -35,11 +34,7 @@ class TrainingSnapshot {
         optimizer_(trainer.optimizer()),
         weights_(detail::model_weights(module_, /*with_buffers=*/true)),
         was_training_(module_.is_training()),
-        generator_(at::detail::getDefaultCPUGenerator()) {
-    {
-      const std::lock_guard<std::mutex> lock(generator_.mutex());
-      generator_state_ = generator_.get_state();
-    }
+        generators_(RngState::capture()) {
     for (const auto& tensor : weights_) copies_.push_back(tensor.detach().clone());
     torch::serialize::OutputArchive archive;
     optimizer_.save(archive);
@@ -64,8 +59,7 @@ class TrainingSnapshot {
       if (group_options_[i]) groups[i].set_options(group_options_[i]->clone());
     }
     module_.train(was_training_);
-    const std::lock_guard<std::mutex> lock(generator_.mutex());
-    generator_.set_state(generator_state_);
+    generators_.restore();
   }
 
  private:
@@ -76,8 +70,7 @@ class TrainingSnapshot {
   std::string optimizer_state_;      // the optimizer's serialized state
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options_;
   bool was_training_;
-  at::Generator generator_;
-  at::Tensor generator_state_;
+  RngState generators_;  // the random generators before the sweep
 };
 
 /// Records one point per applied step and decides when the sweep ends.

@@ -27,6 +27,7 @@
 #include <torchbus/metric_history.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
+#include <torchbus/rng_state.hpp>
 #include <torchbus/role.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>

@@ -19,7 +19,7 @@
 
 namespace torchbus {
 
-class GradientReducer;
+class LossScaler;
 class ProcessGroup;
 
 namespace detail {
@@ -108,9 +108,9 @@ class Trainer {
   /// decisions agreed at step boundaries. Null goes back to one process. Not during a run.
   Trainer& set_process_group(std::shared_ptr<ProcessGroup> group);
   /// The process group, or null.
-  ProcessGroup* process_group() const noexcept { return process_group_.get(); }
+  ProcessGroup* process_group() const noexcept;
   /// The loss scaler of a Precision::FP16Mixed fit (null under other precisions).
-  const LossScaler* loss_scaler() const noexcept { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
+  const LossScaler* loss_scaler() const noexcept;
 
   /// Replaces the default train step (forward, loss) without subclassing.
   Trainer& set_train_step(StepFunction step);
@@ -176,76 +176,29 @@ class Trainer {
   virtual void optimizer_step();
 
  private:
-  at::Tensor forward_and_loss(Batch& batch);
-  void prepare_run();
-  template <typename Body>
-  void run_action(Body&& body);
-  void run_epoch(BatchSource& train, BatchSource* validation);
-  void run_sanity_check(BatchSource& validation);  // num_sanity_val_steps batches, no trace
-  bool fill_window(BatchSource& train);
-  void run_step(bool can_validate);          // can_validate: the fit has validation data
-  void shorten_window(std::size_t batches);  // an epoch end cut the window after `batches`
-  void run_batch(Batch& batch);
-  at::Tensor run_evaluation(BatchSource& data);  // the mean loss, undefined when all cancelled
-  at::Tensor run_step_function(at::Tensor (Trainer::*step)(Batch&), Batch& batch, const char* what);
-  void backward(const at::Tensor& loss);
-  void clip_gradients();
-  void clear_gradients();
-  bool distributed() const noexcept;
-  void start_process_group();
-  void synchronize_gradients();
-  void agree_on_stop();
-  void adopt_stop_of(int rank, StopKind kind);
-  bool stopping() const noexcept;
-  void move_to_device(Batch& batch) const;
-  bool training_finished() const noexcept;
-  bool step_limit_reached() const noexcept;
+  /// The parts the trainer is a façade over (framework/src: FitLoop, EvaluationLoop,
+  /// OptimizationStep, DistributedSync, EventFlow; docs/architecture.md), and the trainer's
+  /// overridable steps as they call them.
+  struct Parts;
 
-  void ensure_idle() const;
+  at::Tensor forward_and_loss(Batch& batch);
+  void prepare_run();  // the current action's options, device, model and state's references
   void prepare_to_add(Callback* callback);  // checks it and calls its on_added
   void set_action(Action action) noexcept;  // and the state's trainer context
-  void restore_for_resume();
-  void apply_checkpoint(const std::filesystem::path& path);
-  void start_training_epoch(BatchSource& train);
-  void fire(Event event);
-  void open(Event start, Event end);
-  void close();
+  void ensure_idle() const;
 
   std::shared_ptr<torch::nn::Module> module_;
   Forward forward_;
   torch::optim::Optimizer& optimizer_;
   LossFunction loss_;
-  TrainerOptions options_;      // as configured
-  TrainerOptions run_options_;  // the current action's: options_ with fast_dev_run's overrides
   StepFunction train_step_;
   StepFunction eval_step_;
+  TrainerOptions options_;      // as configured
+  TrainerOptions run_options_;  // the current action's: options_ with fast_dev_run's overrides
   EventPublisher publisher_;
   State state_;
-  std::shared_ptr<ProcessGroup> process_group_;
-  std::optional<LossScaler> loss_scaler_;     // under Precision::FP16Mixed
-  std::unique_ptr<GradientReducer> reducer_;  // a distributed fit's gradient buckets
-  at::Tensor
-      status_host_;  // what rides with the last bucket, on the host (see synchronize_gradients)
-  at::Tensor status_loss_;          // the loss sum's place in the reducer's status
-  bool stop_agreed_ = false;        // distributed: every rank knows a stop was requested
-  bool updated_last_step_ = false;  // distributed: this rank applied the previous step's update
-
-  std::vector<at::Tensor> parameters_;  // cached for clipping
-  std::vector<Event> open_ends_;        // End events still owed, innermost last
-  std::vector<Batch> window_;           // the batches of the current step
-  std::size_t window_used_ = 0;
-  at::Tensor window_loss_;  // mean loss of the current step's batches
-  bool window_has_backward_ = false;
-  at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from
-  std::int64_t backward_seed_version_ = 0;  // its version counter when it was made
-  bool running_ = false;                    // inside fit() or evaluate()
-  bool in_window_ = false;                  // between StepStart and the end of the optimizer step
-  bool epoch_finished_ = false;  // during EpochEnd: a checkpoint resumes at the next epoch
+  std::unique_ptr<Parts> parts_;
   std::optional<std::filesystem::path> resume_path_;  // applied by the next fit()
-  at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
-  std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
-  std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
-  std::int64_t val_batch_limit_ = -1;    // batches per evaluation (-1: all)
 };
 
 }  // namespace torchbus

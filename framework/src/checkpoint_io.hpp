@@ -1,0 +1,53 @@
+#pragma once
+
+/// \file
+/// How a trainer's checkpoint is composed of its parts' states (private to torchbus_framework).
+
+#include <torchbus/bus.hpp>
+#include <torchbus/trainer_options.hpp>
+
+#include "fit_loop.hpp"
+#include "optimization_step.hpp"
+
+#include <filesystem>
+#include <string>
+
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+}
+}  // namespace torch
+
+namespace torchbus {
+
+/// The parts of a trainer whose states a checkpoint holds. Each part writes and reads its own
+/// entries (FitLoop: position, generators, the run's end, k; OptimizationStep: the loss scale); the
+/// model's tensors, the optimizer, the metric history, the callbacks' states and the filters'
+/// counts are written here.
+struct CheckpointParts {
+  FitLoop& fit;
+  OptimizationStep& step;
+  torch::nn::Module& module;
+  torch::optim::Optimizer& optimizer;
+  EventBus& bus;
+  State& state;
+  const TrainerOptions& options;  ///< as configured (not a fast_dev_run's overrides)
+};
+
+/// The framed bytes of a checkpoint of `parts` now, after every callback's on_save_checkpoint was
+/// told `path`.
+std::string compose_checkpoint(const CheckpointParts& parts, const std::filesystem::path& path);
+
+/// Reads the checkpoint at `path`, validates every part's entries, then applies them (nothing
+/// changes before everything is validated; a failing optimizer state is put back), then calls
+/// every callback's on_load_checkpoint. Any failure is a CheckpointError naming the file.
+void load_checkpoint(const CheckpointParts& parts, const std::filesystem::path& path);
+
+/// Loads `path`, or the newest checkpoint of directory `path` that loads (the others are skipped
+/// with a warning naming why); throws CheckpointError listing them when none does.
+void resume_from_checkpoint(const CheckpointParts& parts, const std::filesystem::path& path);
+
+}  // namespace torchbus

@@ -1,0 +1,57 @@
+#pragma once
+
+/// \file
+/// CheckpointReader (private to torchbus_framework): the entries of one checkpoint file, read by
+/// each part of the trainer that saved some.
+
+#include <torch/serialize/input-archive.h>
+#include <torchbus/checkpoint_file.hpp>
+#include <torchbus/error.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace torchbus::detail {
+
+/// What went wrong, in one line of at most 200 characters (LibTorch's errors carry a trace).
+std::string reason_of(const std::exception& error);
+
+/// `names` as one entry: a line each.
+std::string join_lines(const std::vector<std::string>& names);
+/// The lines of an entry written by `join_lines`.
+std::vector<std::string> split_lines(const std::string& text);
+
+/// Reads the entries of one checkpoint (framing and CRC checked, payload parsed), naming the file
+/// in every error.
+class CheckpointReader {
+ public:
+  /// Reads and parses `path`; throws CheckpointError naming it when it cannot.
+  explicit CheckpointReader(const std::filesystem::path& path);
+
+  /// The file's header (step, run identity).
+  const CheckpointHeader& header() const noexcept { return header_; }
+  /// The value at `key`; fails when there is none.
+  c10::IValue value(const std::string& key);
+  /// The tensor at `key`; fails when there is none.
+  at::Tensor tensor(const std::string& key);
+  /// The value at `key`, None when the checkpoint has none.
+  c10::IValue optional_value(const std::string& key);
+  /// The tensor at `key`, undefined when the checkpoint has none.
+  at::Tensor optional_tensor(const std::string& key);
+  /// The section at `key`; fails when there is none.
+  torch::serialize::InputArchive nested(const std::string& key);
+
+  /// Throws CheckpointError "checkpoint <path> <parts...>".
+  template <typename... Parts>
+  [[noreturn]] void fail(const Parts&... parts) const {
+    throw CheckpointError(concat("checkpoint ", path_.string(), " ", parts...));
+  }
+
+ private:
+  std::filesystem::path path_;
+  CheckpointHeader header_;
+  torch::serialize::InputArchive archive_;
+};
+
+}  // namespace torchbus::detail

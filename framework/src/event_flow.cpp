@@ -1,0 +1,86 @@
+#include <torchbus/control.hpp>
+#include <torchbus/distributed.hpp>
+#include <torchbus/error.hpp>
+
+#include "event_flow.hpp"
+
+namespace torchbus {
+namespace {
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& exception) {
+    return exception.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+
+}  // namespace
+
+void EventFlow::fire(Event event) {
+  try {
+    publisher_.emit(event, state_);
+  } catch (const StopTraining& stop) {
+    state_.request_stop(stop.reason());
+  } catch (const CancelEpoch& cancel) {
+    state_.request_epoch_end(cancel.reason());
+  } catch (const CancelBatch&) {
+    TORCHBUS_CHECK(event == Event::BatchStart || event == Event::BeforeBackward ||
+                       event == Event::EvalBatchStart,
+                   ConfigError, "CancelBatch raised at ", to_string(event),
+                   ": a batch can only be cancelled before its backward: at BatchStart, in the "
+                   "train or eval step, at BeforeBackward or at EvalBatchStart");
+    state_.cancelled = true;
+  }
+}
+
+void EventFlow::open(Event start, Event end) {
+  open_ends_.push_back(end);
+  fire(start);
+}
+
+void EventFlow::close() {
+  const Event end = open_ends_.back();
+  open_ends_.pop_back();
+  fire(end);
+}
+
+void EventFlow::ensure_idle() const {
+  TORCHBUS_CHECK(!running_, ConfigError,
+                 "fit() or evaluate() was called while this trainer is already running one; "
+                 "start it from outside its subscribers");
+}
+
+void EventFlow::run_action(const std::function<void()>& body, ProcessGroup* group) {
+  ensure_idle();
+  publisher_.bus().check_order();  // an unknown name or a cycle fails before ActionStart
+  running_ = true;
+  struct Finish {
+    bool& running;
+    ~Finish() { running = false; }
+  } finish{running_};
+  state_.clear_epoch_end();
+  state_.error = nullptr;
+  state_.error_message.clear();
+  open_ends_.clear();
+  try {
+    open(Event::ActionStart, Event::ActionEnd);
+    body();
+    close();
+  } catch (...) {
+    state_.error = std::current_exception();
+    state_.error_message = describe(state_.error);
+    if (group != nullptr) group->report_failure(state_.error_message);
+    publisher_.emit_guarded(Event::Exception, state_);
+    while (!open_ends_.empty()) {
+      const Event end = open_ends_.back();
+      open_ends_.pop_back();
+      publisher_.emit_guarded(end, state_);
+    }
+    throw;
+  }
+}
+
+}  // namespace torchbus

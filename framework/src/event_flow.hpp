@@ -1,0 +1,47 @@
+#pragma once
+
+/// \file
+/// EventFlow (private to torchbus_framework): publishes a trainer's events in their nesting.
+
+#include <torchbus/bus.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace torchbus {
+
+class ProcessGroup;
+
+/// Publishes the trainer's built-in events: every Start it opens owes its End, which is published
+/// even when an error escapes (after Exception); control exceptions a subscriber throws
+/// (StopTraining, CancelEpoch, CancelBatch) become the state's requests.
+class EventFlow {
+ public:
+  EventFlow(EventPublisher& publisher, State& state) : publisher_(publisher), state_(state) {
+    open_ends_.reserve(8);  // no allocation while events nest
+  }
+
+  /// Publishes `event`.
+  void fire(Event event);
+  /// Publishes `start` and owes `end` (owed even if a subscriber of `start` throws).
+  void open(Event start, Event end);
+  /// Publishes the innermost End owed.
+  void close();
+
+  /// Runs `body` as an action between ActionStart and ActionEnd. An exception escaping it is put
+  /// in the state, reported to `group` (when not null), published as Exception, followed by every
+  /// End still owed; then it is rethrown.
+  void run_action(const std::function<void()>& body, ProcessGroup* group);
+  /// Whether an action runs.
+  bool running() const noexcept { return running_; }
+  /// Throws ConfigError when an action runs.
+  void ensure_idle() const;
+
+ private:
+  EventPublisher& publisher_;
+  State& state_;
+  std::vector<Event> open_ends_;  // End events still owed, innermost last
+  bool running_ = false;
+};
+
+}  // namespace torchbus

@@ -1,0 +1,283 @@
+#include <torch/torch.h>
+#include <torchbus/error.hpp>
+
+#include "fit_loop.hpp"
+
+#include <algorithm>
+
+namespace torchbus {
+
+void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
+  const auto& options = context_.options;
+  auto& state = context_.state;
+  train_batch_limit_ =
+      options.limit_train_batches().batches_per_pass(train.size(), "limit_train_batches");
+  val_batch_limit_ = validation ? options.limit_val_batches().batches_per_pass(validation->size(),
+                                                                               "limit_val_batches")
+                                : -1;
+  state.epoch = state.step = state.batch_in_epoch = state.global_batch = 0;
+  state.window_position = 0;
+  state.validation_follows = false;
+  state.metrics.clear();
+  state.tensors.clear_all();
+  state.sanity_checking = false;
+  state.clear_stop();  // a resume restores the stop that ended the run, if one did
+  resume_skip_ = 0;    // and the batches of its epoch already trained
+  epoch_finished_ = false;
+}
+
+void FitLoop::run(BatchSource& train, BatchSource* validation, bool fresh) {
+  if (sync_.group() != nullptr) {
+    sync_.start(context_.module, step_.parameters());
+    context_.events.fire(Event::ProcessGroupStart);
+  }
+  if (fresh && validation && context_.options.num_sanity_val_steps() != 0) {
+    run_sanity_check(*validation);
+  }
+  while (!finished()) run_epoch(train, validation);
+}
+
+bool FitLoop::step_limit_reached() const noexcept {
+  const auto max_steps = context_.options.max_steps();
+  return max_steps >= 0 && context_.state.step >= max_steps;
+}
+
+bool FitLoop::finished() const noexcept {
+  const auto max_epochs = context_.options.max_epochs();
+  return sync_.stopping() || step_limit_reached() ||
+         (max_epochs >= 0 && context_.state.epoch >= max_epochs);
+}
+
+// A validation of num_sanity_val_steps batches before training. Nothing of it remains: the metric
+// history and the generators are put back, and subscribers that do not run during it skip its
+// events. An exception escaping it leaves state.sanity_checking set for Exception's subscribers.
+void FitLoop::run_sanity_check(BatchSource& validation) {
+  auto& state = context_.state;
+  const auto steps = context_.options.num_sanity_val_steps();
+  const auto limit = steps < 0              ? val_batch_limit_
+                     : val_batch_limit_ < 0 ? steps
+                                            : std::min(steps, val_batch_limit_);
+  const MetricHistory metrics = state.metrics;
+  const auto generators = RngState::capture();
+  state.sanity_checking = true;
+  evaluation_.run(validation, limit);
+  state.sanity_checking = false;
+  state.metrics = metrics;
+  state.tensors.clear(Scope::Step);
+  state.tensors.clear(Scope::Epoch);
+  generators.restore();
+}
+
+void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
+  auto& state = context_.state;
+  const auto& options = context_.options;
+  state.batch_in_epoch = 0;
+  state.training = true;
+  epoch_finished_ = false;
+  state.accumulate_grad_batches = options.accumulate_grad_batches_at(state.epoch);
+  context_.events.open(Event::EpochStart, Event::EpochEnd);
+  start_epoch(train);
+  bool more = true;  // the data has batches left
+  while (more && !sync_.stopping() && !step_limit_reached() && !state.epoch_end_requested()) {
+    more = fill_window(train);
+    if (window_used_ == 0) {
+      TORCHBUS_CHECK(state.batch_in_epoch > 0, DataError,
+                     "the training data yielded no batches in epoch ", state.epoch,
+                     "; expected at least one batch per epoch");
+      break;
+    }
+    run_step(validation != nullptr);
+    if (state.validation_follows) {
+      evaluation_.run(*validation, val_batch_limit_);
+      state.validation_follows = false;
+      sync_.agree_on_stop();
+    }
+  }
+  // Ended by its data or by request; a stop or max_steps leaves it unfinished.
+  const bool completed = !more || state.epoch_end_requested();
+  if (state.metrics.contains("train_loss") &&
+      state.metrics.latest("train_loss").epoch == state.epoch) {
+    state.record_metric("train_loss_epoch", state.metrics.epoch_mean("train_loss", state.epoch));
+  }
+  const auto every = options.val_every_n_epochs();
+  if (validation && every > 0 && !sync_.stopping() && (state.epoch + 1) % every == 0) {
+    evaluation_.run(*validation, val_batch_limit_);
+  }
+  // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
+  // ActionEnd continues it where it stopped.
+  epoch_finished_ = completed;
+  context_.events.close();  // EpochEnd
+  sync_.agree_on_stop();
+  epoch_finished_ = false;
+  state.clear_epoch_end();
+  state.tensors.clear(Scope::Epoch);
+  if (completed) {
+    ++state.epoch;
+    state.batch_in_epoch = 0;
+  }
+}
+
+void FitLoop::start_epoch(BatchSource& train) {
+  auto& state = context_.state;
+  if (resume_skip_ == 0) {
+    // Every rank draws the epoch's order (e.g. a DistributedSampler's permutation) from rank 0's
+    // generator, so that the shards stay disjoint.
+    sync_.share_cpu_generator();
+    epoch_start_rng_ = RngState::capture_cpu();
+    train.start_epoch(state.epoch);
+    return;
+  }
+  // Resuming mid-epoch: draw the epoch's order as the interrupted run did, skip what it trained,
+  // then continue with the generator where the checkpoint left it.
+  const auto rng_now = RngState::capture_cpu();
+  RngState::restore_cpu(epoch_start_rng_);
+  train.start_epoch(state.epoch);
+  const auto skipped = train.skip(resume_skip_);
+  RngState::restore_cpu(rng_now);
+  TORCHBUS_CHECK(skipped == resume_skip_, DataError, "cannot resume at batch ", resume_skip_,
+                 " of epoch ", state.epoch, ": the training data yields only ", skipped,
+                 " batches now");
+  state.batch_in_epoch = resume_skip_;
+  resume_skip_ = 0;
+}
+
+bool FitLoop::fill_window(BatchSource& train) {
+  const auto& state = context_.state;
+  window_used_ = 0;
+  auto k = static_cast<std::size_t>(state.accumulate_grad_batches);
+  // limit_train_batches ends the epoch like the end of the data: the last window may be short.
+  bool limit_reached = false;
+  if (train_batch_limit_ >= 0) {
+    const auto left = static_cast<std::size_t>(
+        std::max<std::int64_t>(0, train_batch_limit_ - state.batch_in_epoch));
+    limit_reached = left <= k;
+    k = std::min(k, left);
+  }
+  while (window_used_ < k) {
+    if (window_.size() <= window_used_) window_.emplace_back();
+    if (!train.next(window_[window_used_])) return false;
+    ++window_used_;
+  }
+  return !limit_reached;
+}
+
+void FitLoop::run_step(bool can_validate) {
+  auto& state = context_.state;
+  step_.begin(window_used_);
+  context_.events.open(Event::StepStart, Event::StepEnd);
+  for (std::size_t i = 0; i < window_used_; ++i) {
+    state.window_position = static_cast<std::int64_t>(i);
+    step_.run_batch(window_[i]);
+    ++state.batch_in_epoch;
+    ++state.global_batch;
+    // An epoch end is honoured at the batch boundary: the window steps with what it has.
+    if (state.epoch_end_requested() && i + 1 < window_used_) {
+      step_.shorten(i + 1);
+      break;
+    }
+  }
+  const bool update = step_.finish();
+  if (update) {
+    ++state.step;
+    state.tensors.set("loss", step_.window_loss(), Scope::Step);
+    state.record_metric("train_loss", step_.window_loss());
+  }
+  state.update_skipped = !update;
+  // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
+  // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
+  const auto every = context_.options.val_every_n_steps();
+  state.validation_follows = can_validate && every > 0 && update && state.step % every == 0;
+  context_.events.close();  // StepEnd
+  state.update_skipped = false;
+  state.tensors.clear(Scope::Step);
+  // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
+  // after the next validation or EpochEnd): one collective per bucket and step, none else.
+}
+
+FitProgress FitLoop::progress() const {
+  const auto& state = context_.state;
+  const bool next_epoch = epoch_finished_;
+  const bool finished = state.stop_requested() && state.stop_kind() == StopKind::Finished;
+  FitProgress progress;
+  progress.epoch = next_epoch ? state.epoch + 1 : state.epoch;
+  progress.step = state.step;
+  progress.batch_in_epoch = next_epoch ? 0 : state.batch_in_epoch;
+  progress.global_batch = state.global_batch;
+  progress.stop_reason = finished ? state.stop_reason() : std::string();
+  progress.rng = RngState::capture();
+  progress.epoch_start_rng =
+      next_epoch || !epoch_start_rng_.defined() ? progress.rng.cpu() : epoch_start_rng_;
+  return progress;
+}
+
+void FitLoop::save(torch::serialize::OutputArchive& archive,
+                   const TrainerOptions& configured) const {
+  const auto saved = progress();
+  archive.write("position",
+                c10::IValue(std::vector<std::int64_t>{saved.epoch, saved.step, saved.batch_in_epoch,
+                                                      saved.global_batch}));
+  // The run's end: a resume from this checkpoint trains nothing (absent: it goes on).
+  if (!saved.stop_reason.empty()) archive.write("stop_reason", c10::IValue(saved.stop_reason));
+  archive.write("rng", saved.rng.cpu());
+  archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(saved.rng.cuda())));
+  archive.write("epoch_start_rng", saved.epoch_start_rng);
+  // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on.
+  const auto k_epoch =
+      std::max<std::int64_t>(0, saved.batch_in_epoch > 0 ? saved.epoch : saved.epoch - 1);
+  archive.write("accumulate_grad_batches",
+                c10::IValue(configured.accumulate_grad_batches_at(k_epoch)));
+  archive.write("accumulate_grad_batches_epoch", c10::IValue(k_epoch));
+}
+
+FitProgress read_fit_position(detail::CheckpointReader& reader) {
+  const auto position = reader.value("position").toIntVector();
+  if (position.size() != 4) reader.fail("has a malformed 'position' entry");
+  FitProgress progress;
+  progress.epoch = position[0];
+  progress.step = position[1];
+  progress.batch_in_epoch = position[2];
+  progress.global_batch = position[3];
+  const auto stop_reason = reader.optional_value("stop_reason");
+  if (!stop_reason.isNone() && !stop_reason.isString()) {
+    reader.fail("has a malformed 'stop_reason' entry");
+  }
+  if (stop_reason.isString()) progress.stop_reason = stop_reason.toStringRef();
+  return progress;
+}
+
+FitProgress FitLoop::read(detail::CheckpointReader& reader,
+                          const TrainerOptions& configured) const {
+  // The k of the checkpoint's last epoch must agree; later epochs may change it (the schedule
+  // says so). Checkpoints written before accumulation schedules had one k for every epoch.
+  const auto k = reader.value("accumulate_grad_batches").toInt();
+  const auto k_epoch = reader.optional_value("accumulate_grad_batches_epoch");
+  const auto k_here = k_epoch.isInt() ? configured.accumulate_grad_batches_at(k_epoch.toInt())
+                                      : configured.accumulate_grad_batches();
+  if (k != k_here) {
+    reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ", k_here,
+                k_epoch.isInt() ? detail::concat(" in epoch ", k_epoch.toInt(), " (counted from 0)")
+                                : std::string(),
+                " (the accumulation windows would differ; an accumulation_schedule may change k "
+                "only for epochs after the checkpoint's)");
+  }
+  auto progress = read_fit_position(reader);
+  progress.rng = RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector());
+  progress.epoch_start_rng = reader.tensor("epoch_start_rng");
+  return progress;
+}
+
+void FitLoop::restore(const FitProgress& progress) {
+  auto& state = context_.state;
+  state.epoch = progress.epoch;
+  state.step = progress.step;
+  state.batch_in_epoch = progress.batch_in_epoch;
+  state.global_batch = progress.global_batch;
+  state.window_position = 0;
+  resume_skip_ = progress.batch_in_epoch;
+  epoch_start_rng_ = progress.epoch_start_rng;
+  progress.rng.restore();
+  state.clear_stop();
+  if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);
+}
+
+}  // namespace torchbus

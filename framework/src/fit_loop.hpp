@@ -1,0 +1,85 @@
+#pragma once
+
+/// \file
+/// FitLoop (private to torchbus_framework): the epochs of a fit and where they stand.
+
+#include <torch/serialize/output-archive.h>
+#include <torchbus/checkpoint.hpp>
+#include <torchbus/rng_state.hpp>
+
+#include "checkpoint_reader.hpp"
+#include "distributed_sync.hpp"
+#include "evaluation_loop.hpp"
+#include "loop_context.hpp"
+#include "optimization_step.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torchbus {
+
+/// Where a fit stands, as a checkpoint keeps it: the position a resume continues from, the run's
+/// end (a finished run's stop reason), the generators, and the generator state the epoch's data
+/// order was drawn from.
+struct FitProgress {
+  std::int64_t epoch = 0;           ///< the epoch a resume continues in
+  std::int64_t step = 0;            ///< optimizer steps completed
+  std::int64_t batch_in_epoch = 0;  ///< batches of that epoch already trained
+  std::int64_t global_batch = 0;    ///< batches trained since the run began
+  std::string stop_reason;          ///< why the run finished; empty when it goes on
+  RngState rng{at::Tensor(), {}};   ///< the generators
+  at::Tensor epoch_start_rng;       ///< the CPU generator when the epoch's order was drawn
+};
+
+/// The position and end of the run a checkpoint holds (its generators are not read).
+FitProgress read_fit_position(detail::CheckpointReader& reader);
+
+/// The fit: the sanity check, then epochs of steps (windows of batches filled from the training
+/// data, run by the OptimizationStep), validations as scheduled (by the EvaluationLoop), until the
+/// epochs, the step limit or a stop end it. Owns the fit's position, which checkpoints keep.
+class FitLoop {
+ public:
+  FitLoop(LoopContext context, OptimizationStep& step, EvaluationLoop& evaluation,
+          DistributedSync& sync)
+      : context_(context), step_(step), evaluation_(evaluation), sync_(sync) {}
+
+  /// At the start of a fit: the batch limits of `train` and `validation`, every counter at 0, no
+  /// metrics, no tensors, no stop.
+  void prepare(BatchSource& train, BatchSource* validation);
+  /// The fit's body (between ActionStart and ActionEnd): the process group's start, the sanity
+  /// check when `fresh`, then the epochs.
+  void run(BatchSource& train, BatchSource* validation, bool fresh);
+
+  /// What a checkpoint taken now holds: the next epoch when the current one has finished.
+  FitProgress progress() const;
+  /// Writes `progress()` and the accumulation the windows were cut with (`configured`'s k).
+  void save(torch::serialize::OutputArchive& archive, const TrainerOptions& configured) const;
+  /// The progress a checkpoint holds, validated against `configured` (nothing changes yet).
+  FitProgress read(detail::CheckpointReader& reader, const TrainerOptions& configured) const;
+  /// Continues from `progress` (what `read` returned): counters, generators, the run's end.
+  void restore(const FitProgress& progress);
+
+ private:
+  void run_sanity_check(BatchSource& validation);
+  void run_epoch(BatchSource& train, BatchSource* validation);
+  void start_epoch(BatchSource& train);
+  bool fill_window(BatchSource& train);
+  void run_step(bool can_validate);
+  bool step_limit_reached() const noexcept;
+  bool finished() const noexcept;
+
+  LoopContext context_;
+  OptimizationStep& step_;
+  EvaluationLoop& evaluation_;
+  DistributedSync& sync_;
+  std::vector<Batch> window_;  // the batches of the current step
+  std::size_t window_used_ = 0;
+  bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch
+  at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
+  std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
+  std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
+  std::int64_t val_batch_limit_ = -1;    // batches per validation (-1: all)
+};
+
+}  // namespace torchbus

@@ -1,0 +1,44 @@
+#include <torchbus/control.hpp>
+#include <torchbus/error.hpp>
+
+#include "autocast_scope.hpp"
+#include "loop_context.hpp"
+
+namespace torchbus {
+
+void move_to_device(Batch& batch, const LoopContext& context) {
+  const auto device = context.state.device;
+  if (batch.data.defined() && batch.data.device() != device) batch.data = batch.data.to(device);
+  if (batch.target.defined() && batch.target.device() != device) {
+    batch.target = batch.target.to(device);
+  }
+  if (context.options.channels_last() && batch.data.defined() && batch.data.dim() == 4) {
+    batch.data = batch.data.contiguous(at::MemoryFormat::ChannelsLast);
+  }
+}
+
+at::Tensor call_step(const LoopContext& context, at::Tensor (StepHooks::*step)(Batch&),
+                     Batch& batch, const char* what) {
+  auto& state = context.state;
+  at::Tensor loss;
+  try {
+    const detail::AutocastScope autocast(context.options.precision(), state.device.type());
+    loss = (context.hooks.*step)(batch);
+  } catch (const CancelBatch&) {
+    state.cancelled = true;
+  } catch (const StopTraining& stop) {
+    state.request_stop(stop.reason());
+    state.cancelled = true;
+  } catch (const CancelEpoch& cancel) {
+    state.request_epoch_end(cancel.reason());
+    state.cancelled = true;
+  }
+  if (state.cancelled) return {};
+  TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError, "the ", what,
+                 " must return a scalar loss (one element), got ",
+                 loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor",
+                 "; reduce it, e.g. with .mean()");
+  return loss.dim() == 0 ? loss : loss.reshape({});
+}
+
+}  // namespace torchbus

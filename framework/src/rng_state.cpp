@@ -1,0 +1,54 @@
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+#include <torch/cuda.h>
+#include <torchbus/rng_state.hpp>
+
+#include <mutex>
+
+namespace torchbus {
+namespace {
+
+at::Generator cuda_generator(std::size_t device) {
+  return at::globalContext().defaultGenerator(
+      at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
+std::size_t visible_cuda_devices() {
+  return torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+}
+
+}  // namespace
+
+at::Tensor RngState::capture_cpu() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void RngState::restore_cpu(const at::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+RngState RngState::capture() {
+  std::vector<at::Tensor> cuda;
+  for (std::size_t i = 0; i < visible_cuda_devices(); ++i) {
+    auto generator = cuda_generator(i);
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    cuda.push_back(generator.get_state());
+  }
+  return RngState(capture_cpu(), std::move(cuda));
+}
+
+void RngState::restore() const {
+  restore_cpu(cpu_);
+  const auto devices = visible_cuda_devices();
+  for (std::size_t i = 0; i < cuda_.size() && i < devices; ++i) {
+    auto generator = cuda_generator(i);
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(cuda_[i]);
+  }
+}
+
+}  // namespace torchbus
