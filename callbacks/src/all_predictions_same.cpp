@@ -1,8 +1,8 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/all_predictions_same.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>

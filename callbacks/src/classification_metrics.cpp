@@ -1,6 +1,6 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>

@@ -2,8 +2,8 @@
 #include <spdlog/spdlog.h>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>

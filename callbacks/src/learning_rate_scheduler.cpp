@@ -2,7 +2,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>

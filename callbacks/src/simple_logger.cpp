@@ -1,8 +1,8 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>

@@ -1,11 +1,11 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/filter.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>

@@ -1,6 +1,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/timer.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>

@@ -3,7 +3,6 @@
 /// \file
 /// Everything torchbus offers, in one include.
 
-#include <torchbus/archive_value.hpp>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
@@ -21,7 +20,6 @@
 #include <torchbus/filter.hpp>
 #include <torchbus/gradient_reducer.hpp>
 #include <torchbus/launch_environment.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>

@@ -2,8 +2,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
 

@@ -5,7 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
 #include <torchbus/callback.hpp>
-#include <torchbus/logged_values.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/state.hpp>
 
 #include <optional>
