@@ -5,6 +5,8 @@
 #include <torchbus/error.hpp>
 #include <torchbus/gradient_reducer.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
+#include <torchbus/tensor_names.hpp>
 #include <torchbus/trainer.hpp>
 
 #include "autocast_scope.hpp"
@@ -212,6 +214,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   state_.validation_follows = false;
   state_.metrics.clear();
   state_.tensors.clear_all();
+  state_.clear_step_output();
   module_->train();
   clear_gradients();
   loss_scaler_.reset();
@@ -265,9 +268,10 @@ void Trainer::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state_.epoch_end_requested();
-  if (state_.metrics.contains("train_loss") &&
-      state_.metrics.latest("train_loss").epoch == state_.epoch) {
-    state_.record_metric("train_loss_epoch", state_.metrics.epoch_mean("train_loss", state_.epoch));
+  if (state_.metrics.contains(metric_names::kTrainLoss) &&
+      state_.metrics.latest(metric_names::kTrainLoss).epoch == state_.epoch) {
+    state_.record_metric(metric_names::kTrainLossEpoch,
+                         state_.metrics.epoch_mean(metric_names::kTrainLoss, state_.epoch));
   }
   const auto every = run_options_.val_every_n_epochs();
   if (validation && every > 0 && !stopping() && (state_.epoch + 1) % every == 0) {
@@ -336,10 +340,11 @@ void Trainer::run_step(bool can_validate) {
   if (update) {
     clip_gradients();
     optimizer_step();
+    state_.step_loss_ = window_loss_;
     fire(Event::AfterOptimizerStep);
     ++state_.step;
-    state_.tensors.set("loss", window_loss_, Scope::Step);
-    state_.record_metric("train_loss", window_loss_);
+    state_.tensors.set(tensor_names::kLoss, window_loss_, Scope::Step);
+    state_.record_metric(metric_names::kTrainLoss, window_loss_);
   }
   if (scaled) loss_scaler_->update(overflow);
   if (window_has_backward_) clear_gradients();
@@ -352,6 +357,7 @@ void Trainer::run_step(bool can_validate) {
   close();  // StepEnd
   state_.update_skipped = false;
   state_.tensors.clear(Scope::Step);
+  state_.step_loss_.reset();
   // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
   // after the next validation or EpochEnd): one collective per bucket and step, none else.
 }
@@ -375,10 +381,15 @@ void Trainer::run_batch(Batch& batch) {
   open(Event::BatchStart, Event::BatchEnd);
   if (!state_.cancelled) {
     const auto loss = run_step_function(&Trainer::train_step, batch, "train step");
-    if (!state_.cancelled) fire(Event::BeforeBackward);
+    if (!state_.cancelled) {
+      state_.batch_loss_ = loss;
+      state_.batch_target_ = batch.target;
+      fire(Event::BeforeBackward);
+    }
     if (!state_.cancelled) {
       const auto window = state_.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
+      state_.backward_loss_ = scaled;
       // The window's first backward accumulates into the gradient buckets, its last starts the
       // all-reduces as buckets become final.
       if (reducer_ && !window_has_backward_) reducer_->attach();
@@ -394,6 +405,7 @@ void Trainer::run_batch(Batch& batch) {
   }
   close();  // BatchEnd
   state_.tensors.clear(Scope::Batch);
+  state_.clear_batch_output();
 }
 
 // LibTorch's `Tensor::backward()` allocates and fills a tensor of ones for every call; the trainer
@@ -485,9 +497,10 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
                                    detail::first_line(error),
                                    " (expected a target that fits the model's output)"));
   }
-  state_.tensors.set("output", output);
-  state_.tensors.set("target", batch.target);
-  state_.tensors.set("loss", loss);
+  state_.tensors.set(tensor_names::kOutput, output);
+  state_.tensors.set(tensor_names::kTarget, batch.target);
+  state_.tensors.set(tensor_names::kLoss, loss);
+  state_.set_batch_output(output);
   return loss;
 }
 
@@ -513,6 +526,7 @@ double Trainer::evaluate_source(BatchSource& data) {
   } context{*this};
   set_action(Action::Evaluate);
   state_.clear_stop();
+  state_.clear_step_output();
   run_options_ = options_.effective();
   prepare_run();
   val_batch_limit_ =
@@ -567,6 +581,8 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
     const auto loss = state_.cancelled ? at::Tensor()
                                        : run_step_function(&Trainer::eval_step, batch, "eval step");
     if (!state_.cancelled) {
+      state_.batch_loss_ = loss;
+      state_.batch_target_ = batch.target;
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
       const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
@@ -574,6 +590,7 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
     }
     close();  // EvalBatchEnd
     state_.tensors.clear(Scope::Batch);
+    state_.clear_batch_output();
     ++state_.eval_batch;
   }
   TORCHBUS_CHECK(state_.eval_batch > 0, DataError,
@@ -590,7 +607,7 @@ at::Tensor Trainer::run_evaluation(BatchSource& data) {
   at::Tensor mean_loss;
   if (samples > 0) {
     mean_loss = loss_sum / static_cast<double>(samples);
-    state_.record_metric("val_loss", mean_loss);
+    state_.record_metric(metric_names::kValLoss, mean_loss);
   }
   close();  // EvalEnd
   state_.training = true;

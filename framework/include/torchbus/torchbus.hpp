@@ -23,6 +23,7 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/role.hpp>
@@ -30,6 +31,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/subscription.hpp>
 #include <torchbus/system_error_text.hpp>
+#include <torchbus/tensor_names.hpp>
 #include <torchbus/tensor_store.hpp>
 #include <torchbus/trainer.hpp>
 #include <torchbus/trainer_options.hpp>
