@@ -245,7 +245,7 @@ void LearningRateScheduler::on_after_optimizer_step(State& state) {
   if (state.optimizer == nullptr) return;
   const auto& groups = state.optimizer->param_groups();
   for (std::size_t i = 0; i < metric_names_.size() && i < groups.size(); ++i) {
-    // Numbered like "train_loss": the step count including this step.
+    // Numbered like metric_names::kTrainLoss: the step count including this step.
     state.metrics.record(metric_names_[i], state.step + 1, state.epoch,
                          groups[i].options().get_lr());
   }

@@ -21,7 +21,7 @@ struct EvalRun {
   explicit EvalRun(TrainerOptions options = {})
       : trainer(model, sgd, cross_entropy, options.use_registered_subscriptions(false)) {
     trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
+      t.state().set_batch_output(batch.data);
       return batch.data.sum();
     });
   }

@@ -37,8 +37,7 @@ struct EvalRun {
 
   EvalRun() {
     trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
-      t.state().tensors.set("target", batch.target);
+      t.state().set_batch_output(batch.data);
       return t.compute_loss(batch.data, batch.target);
     });
   }
@@ -163,8 +162,7 @@ BOOST_AUTO_TEST_CASE(bad_input) {
   {  // a target outside [0, C)
     EvalRun run;
     run.trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
-      t.state().tensors.set("target", batch.target);
+      t.state().set_batch_output(batch.data);
       return batch.data.sum();
     });
     run.trainer.add(std::make_shared<ClassificationMetrics>());
