@@ -183,7 +183,9 @@ BOOST_AUTO_TEST_CASE(bad_input) {
     trainer.add(std::make_shared<ClassificationMetrics>());
     auto batches = make_batches(1, 4);
     BOOST_CHECK_EXCEPTION(trainer.evaluate(batches), ConfigError, [](const ConfigError& error) {
-      return contains(error.what(), "'output'") && contains(error.what(), "present: logits");
+      return contains(error.what(), "'output'") &&
+             contains(error.what(), "present: loss, target, logits") &&
+             contains(error.what(), "state.set_batch_output");
     });
   }
 }
