@@ -13,8 +13,7 @@ void announce_epoch(torchbus::State& state) {
 }
 
 void report_loss(torchbus::State& state) {
-  std::cout << "step " << state.step << " loss " << state.tensors.get("loss").item<double>()
-            << "\n";
+  std::cout << "step " << state.step << " loss " << state.step_loss().item<double>() << "\n";
 }
 
 int lr_checks = 0;

@@ -79,7 +79,7 @@ void train(const Options& options) {
   if (options.log_every > 0) {
     trainer.on(
         torchbus::Event::StepEnd, torchbus::every(options.log_every), [](torchbus::State& state) {
-          const auto losses = torchbus::gather(state, state.tensors.get("loss"));  // per rank
+          const auto losses = torchbus::gather(state, state.step_loss());  // per rank
           if (state.rank == 0)
             std::cout << "step " << state.step << " loss " << losses[0].item<double>() << "\n";
         });

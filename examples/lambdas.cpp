@@ -11,10 +11,9 @@ int main() {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   torchbus::Trainer trainer(model, optimizer, toy::loss, torchbus::TrainerOptions().max_epochs(3));
 
-  // Every 10th step: the step's mean loss, stored by the trainer under "loss".
+  // Every 10th step: the step's mean loss (State::step_loss()).
   trainer.on(torchbus::Event::StepEnd, torchbus::every(10), [](torchbus::State& state) {
-    std::cout << "step " << state.step << " loss " << state.tensors.get("loss").item<double>()
-              << "\n";
+    std::cout << "step " << state.step << " loss " << state.step_loss().item<double>() << "\n";
   });
   // Once, at the first epoch's end; priority -1 runs before the default 0.
   trainer.on(

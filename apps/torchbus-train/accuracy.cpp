@@ -15,12 +15,12 @@ void Accuracy::Tally::reset() {
 }
 
 void Accuracy::Tally::add(const torchbus::State& state) {
-  const auto* output = state.tensors.find("output");
-  const auto* target = state.tensors.find("target");
-  if (output == nullptr || target == nullptr || state.cancelled) return;
-  const auto hits = output->detach().argmax(1).eq(*target).sum();
+  const auto& output = state.batch_output();
+  const auto& target = state.batch_target();
+  if (!output.defined() || !target.defined() || state.cancelled) return;
+  const auto hits = output.detach().argmax(1).eq(target).sum();
   correct = correct.defined() ? correct + hits : hits;
-  seen += target->size(0);
+  seen += target.size(0);
 }
 
 void Accuracy::Tally::record(torchbus::State& state, std::string_view name) {

@@ -6,7 +6,8 @@
 
 namespace train {
 
-/// Counts correct argmax predictions from the "output" and "target" tensors without a host sync
+/// Counts correct argmax predictions from the batch's output and target (State::batch_output(),
+/// batch_target()) without a host sync
 /// per batch; records "train_accuracy" at EpochEnd and "val_accuracy" at EvalEnd, over the
 /// samples of every rank when the trainer has a process group (one all-reduce each).
 class Accuracy : public torchbus::Callback {

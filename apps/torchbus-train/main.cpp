@@ -921,7 +921,7 @@ int run(Flags flags) {
 
   std::int64_t samples = 0;
   trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State& s) {
-    if (!s.cancelled) samples += s.tensors.get("target").size(0);
+    if (!s.cancelled) samples += s.batch_target().size(0);
   });
   trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
     if (const int signal = train::received_stop_signal()) {

@@ -1,8 +1,9 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
 #include <torchbus/callbacks/all_predictions_same.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
@@ -26,11 +27,13 @@ void AllPredictionsSame::on_eval_start(State& /*state*/) {
 
 void AllPredictionsSame::on_eval_batch_end(State& state) {
   if (state.cancelled) return;
-  const auto* output = state.tensors.find(options_.output());
-  TORCHBUS_CHECK(output != nullptr, ConfigError, "AllPredictionsSame: needs tensor '",
-                 options_.output(), "' at EvalBatchEnd (evaluation batch ", state.eval_batch,
-                 "); present: ", detail::join_or_none(state.tensors.names()),
-                 ". A custom eval step must store it, or configure the output name");
+  const auto* output = find_step_tensor(state, options_.output());
+  TORCHBUS_CHECK(
+      output != nullptr, ConfigError, "AllPredictionsSame: needs tensor '", options_.output(),
+      "' at EvalBatchEnd (evaluation batch ", state.eval_batch,
+      "); present: ", detail::join_or_none(step_tensor_names(state)),
+      ". A custom eval step sets the output with state.set_batch_output(...) (or stores a "
+      "tensor and names it in the options)");
   if (output->numel() == 0) return;
   const bool classes = options_.argmax() && output->dim() >= 2 && output->size(1) > 1;
   const auto predictions = classes ? output->detach().argmax(1) : output->detach();

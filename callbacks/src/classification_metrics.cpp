@@ -1,7 +1,8 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
@@ -40,13 +41,14 @@ void ClassificationMetrics::on_eval_start(State& /*state*/) {
 
 void ClassificationMetrics::on_eval_batch_end(State& state) {
   if (state.cancelled) return;
-  const auto* output = state.tensors.find(options_.output());
-  const auto* target = state.tensors.find(options_.target());
+  const auto* output = find_step_tensor(state, options_.output());
+  const auto* target = find_step_tensor(state, options_.target());
   TORCHBUS_CHECK(output != nullptr && target != nullptr, ConfigError,
                  "ClassificationMetrics: needs tensors '", options_.output(), "' and '",
                  options_.target(), "' at EvalBatchEnd (evaluation batch ", state.eval_batch,
-                 "); present: ", detail::join_or_none(state.tensors.names()),
-                 ". A custom eval step must store them, or configure the output and target names");
+                 "); present: ", detail::join_or_none(step_tensor_names(state)),
+                 ". A custom eval step sets the output with state.set_batch_output(...) (or stores "
+                 "tensors and names them in the options)");
   TORCHBUS_CHECK(output->dim() >= 2 && output->size(1) >= 2, DataError,
                  "ClassificationMetrics: expected output '", options_.output(),
                  "' of shape [N, C, ...] with C >= 2 class scores, got shape ", output->sizes());

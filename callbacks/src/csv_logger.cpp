@@ -2,9 +2,10 @@
 #include <spdlog/spdlog.h>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/system_error_text.hpp>
@@ -433,7 +434,7 @@ void CsvLogger::write_step_row(State& state) {
   begin_row("step", state);
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const at::Tensor* tensor = state.tensors.find(names[i]);
+    const at::Tensor* tensor = find_step_tensor(state, names[i]);
     if (tensor != nullptr && tensor->defined() && tensor->numel() == 1 && !tensor->is_complex()) {
       set_cell(tensor_cols_[i], scalar_value(*tensor));
     } else if (!warned_[i]) {
@@ -452,7 +453,8 @@ void CsvLogger::on_epoch_end(State& state) {
   if (options_.epoch_metrics().empty()) {
     for (auto& metric : state.metrics.names()) {
       // train_loss is per step (the step rows' loss); reserved names would clash with columns.
-      if (metric != "train_loss" && !is_reserved(metric)) names.push_back(std::move(metric));
+      if (metric != metric_names::kTrainLoss && !is_reserved(metric))
+        names.push_back(std::move(metric));
     }
   } else {
     names = options_.epoch_metrics();

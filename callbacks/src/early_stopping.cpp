@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>

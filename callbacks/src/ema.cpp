@@ -2,7 +2,7 @@
 
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/ema.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>

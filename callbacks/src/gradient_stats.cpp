@@ -49,7 +49,7 @@ void GradientStats::on_after_optimizer_step(State& state) {
 }
 
 void GradientStats::compute(State& state) {
-  const auto step = state.step + 1;  // numbered like "train_loss": this step included
+  const auto step = state.step + 1;  // numbered like metric_names::kTrainLoss: this step included
   if (step % options_.step_freq() != 0) return;
   const double p = options_.norm_type();
   norms_.clear();

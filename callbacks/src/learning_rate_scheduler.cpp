@@ -2,7 +2,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -245,7 +245,7 @@ void LearningRateScheduler::on_after_optimizer_step(State& state) {
   if (state.optimizer == nullptr) return;
   const auto& groups = state.optimizer->param_groups();
   for (std::size_t i = 0; i < metric_names_.size() && i < groups.size(); ++i) {
-    // Numbered like "train_loss": the step count including this step.
+    // Numbered like metric_names::kTrainLoss: the step count including this step.
     state.metrics.record(metric_names_[i], state.step + 1, state.epoch,
                          groups[i].options().get_lr());
   }

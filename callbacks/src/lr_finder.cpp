@@ -87,7 +87,7 @@ class Sweep {
   /// or diverged.
   void record(State& state) {
     const double lr = next_lr();
-    const double loss = state.tensors.get("loss").item<double>();
+    const double loss = state.step_loss().item<double>();
     const double smoothed = result_.smoothed_losses.empty()
                                 ? loss
                                 : options_.smoothing() * loss +

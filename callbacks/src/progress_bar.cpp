@@ -1,8 +1,10 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 
@@ -18,6 +20,9 @@
 namespace torchbus {
 
 namespace {
+
+/// The label of the step's loss (metric_names::kTrainLoss) on the bar.
+constexpr const char* kLossLabel = "loss";
 
 /// "12.3s", "4:05" or "1:02:03".
 void append_duration(std::string& out, double seconds) {
@@ -161,13 +166,13 @@ void ProgressBar::format(State& state, std::int64_t done, bool final) {
     line_ += " ETA ";
     append_duration(line_, static_cast<double>(std::max<std::int64_t>(total_ - done, 0)) / rate);
   }
-  if (state.metrics.contains("train_loss")) {
-    append_value("loss", state.metrics.latest("train_loss").value);
+  if (state.metrics.contains(metric_names::kTrainLoss)) {
+    append_value(kLossLabel, state.metrics.latest(metric_names::kTrainLoss).value);
   }
   for (const auto& name : options_.metrics_to_show()) {
     if (state.metrics.contains(name)) {
       append_value(name.c_str(), state.metrics.latest(name).value);
-    } else if (const at::Tensor* tensor = state.tensors.find(name);
+    } else if (const at::Tensor* tensor = find_step_tensor(state, name);
                tensor != nullptr && tensor->defined() && tensor->numel() == 1 &&
                !tensor->is_complex()) {
       append_value(name.c_str(), scalar_value(*tensor));

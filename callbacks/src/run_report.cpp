@@ -3,9 +3,9 @@
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
 #include <torchbus/atomic_file.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>

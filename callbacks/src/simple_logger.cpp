@@ -1,8 +1,8 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
@@ -57,7 +57,7 @@ void SimpleLogger::log_step(State& state) {
   fmt::format_to(std::back_inserter(line_), "step {} epoch {}:", state.step, state.epoch);
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (state.tensors.find(names[i]) != nullptr) {
+    if (find_step_tensor(state, names[i]) != nullptr) {
       append_tensor(line_, names[i], state);
     } else if (!warned_[i]) {
       warned_[i] = true;
@@ -81,7 +81,7 @@ void SimpleLogger::log_step(State& state) {
 }
 
 void SimpleLogger::append_tensor(std::string& line, const std::string& name, State& state) {
-  const at::Tensor& tensor = *state.tensors.find(name);
+  const at::Tensor& tensor = *find_step_tensor(state, name);
   const int digits = options_.precision();
   auto out = std::back_inserter(line);
   if (!tensor.defined()) {

@@ -4,8 +4,8 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
 #include <torchbus/batch_source.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/swa.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>

@@ -1,12 +1,13 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/filter.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
@@ -340,11 +341,11 @@ bool TensorBoardLogger::due(std::int64_t step) const noexcept {
 }
 
 void TensorBoardLogger::on_batch_end(State& state) {
-  // Batch tensors such as "output" are gone at StepEnd: keep them when the step will be written.
+  // Batch values such as the output are gone at StepEnd: keep them when the step will be written.
   if (!writers_[kMainRun] || captured_.empty() || !due(state.step + 1)) return;
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (const at::Tensor* tensor = state.tensors.find(names[i])) captured_[i] = *tensor;
+    if (const at::Tensor* tensor = find_step_tensor(state, names[i])) captured_[i] = *tensor;
   }
 }
 
@@ -357,7 +358,7 @@ void TensorBoardLogger::on_step_end(State& state) {
   if (!state.update_skipped) {
     const double wall_time = wall_time_now();
     for (std::size_t i = 0; i < captured_.size(); ++i) {
-      const at::Tensor* tensor = state.tensors.find(options_.tensors_to_log()[i]);
+      const at::Tensor* tensor = find_step_tensor(state, options_.tensors_to_log()[i]);
       if (tensor == nullptr && captured_[i].defined()) tensor = &captured_[i];
       add_tensor(histogram_values, i, tensor, scalars, histograms, state, wall_time);
     }
@@ -444,7 +445,7 @@ void TensorBoardLogger::on_epoch_end(State& state) {
 
 bool TensorBoardLogger::wanted_metric(const std::string& name) const {
   const auto& wanted = options_.metrics_to_log();
-  if (wanted.empty()) return name != "train_loss";
+  if (wanted.empty()) return name != metric_names::kTrainLoss;
   return std::find(wanted.begin(), wanted.end(), name) != wanted.end();
 }
 

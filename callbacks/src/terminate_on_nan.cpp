@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -73,13 +74,13 @@ void TerminateOnNaN::on_step_start(State& /*state*/) {
 void TerminateOnNaN::on_after_backward(State& state) {
   const auto& names = options_.tensors();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto* tensor = state.tensors.find(names[i]);
+    const auto* tensor = find_step_tensor(state, names[i]);
     TORCHBUS_CHECK(tensor != nullptr && tensor->defined(), ConfigError, "TerminateOnNaN: tensor '",
-                   names[i], "' is not in the tensor store at AfterBackward (epoch ", state.epoch,
-                   ", step ", state.step,
-                   "); present: ", detail::join_or_none(state.tensors.names()),
+                   names[i], "' is not there at AfterBackward (epoch ", state.epoch, ", step ",
+                   state.step, "); present: ", detail::join_or_none(step_tensor_names(state)),
                    ". A custom train step must store it with state.tensors.set(\"", names[i],
-                   "\", ...), or configure TerminateOnNaNOptions::tensors");
+                   "\", ...) (its output: state.set_batch_output(...)), or configure "
+                   "TerminateOnNaNOptions::tensors");
     bool finite = true;
     if (finite_on_host(*tensor, finite)) {
       if (finite) continue;  // nothing left to read at BeforeOptimizerStep

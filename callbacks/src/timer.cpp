@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/timer.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
@@ -61,13 +62,13 @@ void Timer::on_step_start(State& /*state*/) {
 
 void Timer::on_batch_end(State& state) {
   if (state.cancelled || options_.samples_from().empty()) return;
-  if (const auto* tensor = state.tensors.find(options_.samples_from())) {
+  if (const auto* tensor = find_step_tensor(state, options_.samples_from())) {
     step_samples_ += tensor->dim() > 0 ? tensor->size(0) : 1;
     samples_known_ = true;
   } else if (!warned_samples_) {
     warned_samples_ = true;
     logger()->warn(
-        "Timer: no tensor '{}' in the tensor store at BatchEnd; samples/s is not "
+        "Timer: no tensor '{}' at BatchEnd; samples/s is not "
         "recorded (set TimerOptions::samples_from to a tensor your train step stores)",
         options_.samples_from());
   }

@@ -1,7 +1,10 @@
 #include <torch/torch.h>
 #include <torchbus/error.hpp>
 
+#include <torchbus/metric_names.hpp>
+
 #include "evaluation_loop.hpp"
+#include "step_output_access.hpp"
 
 namespace torchbus {
 namespace {
@@ -43,6 +46,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
                           ? at::Tensor()
                           : call_step(context_, &StepHooks::eval_step, batch, "eval step");
     if (!state.cancelled) {
+      detail::StepOutputAccess::set_batch(state, loss, batch.target);
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
       const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
@@ -50,6 +54,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     }
     events.close();  // EvalBatchEnd
     state.tensors.clear(Scope::Batch);
+    detail::StepOutputAccess::clear_batch(state);
     ++state.eval_batch;
   }
   TORCHBUS_CHECK(state.eval_batch > 0, DataError,
@@ -66,7 +71,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   at::Tensor mean_loss;
   if (samples > 0) {
     mean_loss = loss_sum / static_cast<double>(samples);
-    state.record_metric("val_loss", mean_loss);
+    state.record_metric(metric_names::kValLoss, mean_loss);
   }
   events.close();  // EvalEnd
   state.training = true;

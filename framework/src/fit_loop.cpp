@@ -1,7 +1,11 @@
 #include <torch/torch.h>
 #include <torchbus/error.hpp>
 
+#include <torchbus/metric_names.hpp>
+#include <torchbus/tensor_names.hpp>
+
 #include "fit_loop.hpp"
+#include "step_output_access.hpp"
 
 #include <algorithm>
 
@@ -20,6 +24,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   state.validation_follows = false;
   state.metrics.clear();
   state.tensors.clear_all();
+  detail::StepOutputAccess::clear_all(state);
   state.sanity_checking = false;
   state.clear_stop();  // a resume restores the stop that ended the run, if one did
   resume_skip_ = 0;    // and the batches of its epoch already trained
@@ -95,9 +100,10 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
-  if (state.metrics.contains("train_loss") &&
-      state.metrics.latest("train_loss").epoch == state.epoch) {
-    state.record_metric("train_loss_epoch", state.metrics.epoch_mean("train_loss", state.epoch));
+  if (state.metrics.contains(metric_names::kTrainLoss) &&
+      state.metrics.latest(metric_names::kTrainLoss).epoch == state.epoch) {
+    state.record_metric(metric_names::kTrainLossEpoch,
+                        state.metrics.epoch_mean(metric_names::kTrainLoss, state.epoch));
   }
   const auto every = options.val_every_n_epochs();
   if (validation && every > 0 && !sync_.stopping() && (state.epoch + 1) % every == 0) {
@@ -179,8 +185,8 @@ void FitLoop::run_step(bool can_validate) {
   const bool update = step_.finish();
   if (update) {
     ++state.step;
-    state.tensors.set("loss", step_.window_loss(), Scope::Step);
-    state.record_metric("train_loss", step_.window_loss());
+    state.tensors.set(tensor_names::kLoss, step_.window_loss(), Scope::Step);
+    state.record_metric(metric_names::kTrainLoss, step_.window_loss());
   }
   state.update_skipped = !update;
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
@@ -190,6 +196,7 @@ void FitLoop::run_step(bool can_validate) {
   context_.events.close();  // StepEnd
   state.update_skipped = false;
   state.tensors.clear(Scope::Step);
+  detail::StepOutputAccess::set_step(state, at::Tensor());
   // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
   // after the next validation or EpochEnd): one collective per bucket and step, none else.
 }

@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include "optimization_step.hpp"
+#include "step_output_access.hpp"
 
 namespace torchbus {
 
@@ -31,10 +32,14 @@ void OptimizationStep::run_batch(Batch& batch) {
   events.open(Event::BatchStart, Event::BatchEnd);
   if (!state.cancelled) {
     const auto loss = call_step(context_, &StepHooks::train_step, batch, "train step");
-    if (!state.cancelled) events.fire(Event::BeforeBackward);
+    if (!state.cancelled) {
+      detail::StepOutputAccess::set_batch(state, loss, batch.target);
+      events.fire(Event::BeforeBackward);
+    }
     if (!state.cancelled) {
       const auto window = state.window_size;
       const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
+      detail::StepOutputAccess::set_backward(state, scaled);
       sync_.before_backward(!window_has_backward_, state.window_position + 1 == window);
       backward(loss_scaler_ ? loss_scaler_->scale(scaled) : scaled);
       // A window of one batch reports its loss as is; longer windows sum their scaled losses.
@@ -47,6 +52,7 @@ void OptimizationStep::run_batch(Batch& batch) {
   }
   events.close();  // BatchEnd
   state.tensors.clear(Scope::Batch);
+  detail::StepOutputAccess::clear_batch(state);
 }
 
 // The batches run were scaled by 1 / window_size: rescaled to 1 / batches, the step's gradients
@@ -76,6 +82,7 @@ bool OptimizationStep::finish() {
   if (update) {
     clip_gradients();
     context_.hooks.optimizer_step();
+    detail::StepOutputAccess::set_step(state, window_loss_);
     context_.events.fire(Event::AfterOptimizerStep);
   }
   if (scaled) loss_scaler_->update(overflow);

@@ -27,6 +27,18 @@ void State::clear_epoch_end() noexcept {
   epoch_end_reason_.clear();
 }
 
+void State::clear_batch_output() noexcept {
+  batch_loss_.reset();
+  backward_loss_.reset();
+  batch_output_.reset();
+  batch_target_.reset();
+}
+
+void State::clear_step_output() noexcept {
+  clear_batch_output();
+  step_loss_.reset();
+}
+
 Trainer& State::trainer() const {
   TORCHBUS_CHECK(trainer_ != nullptr, ConfigError,
                  "state.trainer() was called outside fit() and evaluate(); the trainer is known "

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/tensor_names.hpp>
 #include <torchbus/trainer.hpp>
 
 #include "checkpoint_format.hpp"
@@ -15,6 +16,7 @@
 #include "fit_loop.hpp"
 #include "loop_context.hpp"
 #include "optimization_step.hpp"
+#include "step_output_access.hpp"
 
 #include <cmath>
 
@@ -184,6 +186,7 @@ double Trainer::evaluate_source(BatchSource& data) {
   } context{*this};
   set_action(Action::Evaluate);
   state_.clear_stop();
+  detail::StepOutputAccess::clear_all(state_);
   prepare_run();
   const auto limit =
       run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
@@ -234,9 +237,10 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
                                    detail::first_line(error),
                                    " (expected a target that fits the model's output)"));
   }
-  state_.tensors.set("output", output);
-  state_.tensors.set("target", batch.target);
-  state_.tensors.set("loss", loss);
+  state_.tensors.set(tensor_names::kOutput, output);
+  state_.tensors.set(tensor_names::kTarget, batch.target);
+  state_.tensors.set(tensor_names::kLoss, loss);
+  state_.set_batch_output(output);
   return loss;
 }
 

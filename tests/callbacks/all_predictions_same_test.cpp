@@ -21,7 +21,7 @@ struct EvalRun {
   explicit EvalRun(TrainerOptions options = {})
       : trainer(model, sgd, cross_entropy, options.use_registered_subscriptions(false)) {
     trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
+      t.state().set_batch_output(batch.data);
       return batch.data.sum();
     });
   }
@@ -124,7 +124,9 @@ BOOST_AUTO_TEST_CASE(missing_output_is_a_config_error) {
   run.trainer.add(std::make_shared<AllPredictionsSame>());
   auto data = batches_of({logits({0})});
   BOOST_CHECK_EXCEPTION(run.trainer.evaluate(data), ConfigError, [](const ConfigError& error) {
-    return contains(error.what(), "'output'") && contains(error.what(), "present: scores");
+    return contains(error.what(), "'output'") &&
+           contains(error.what(), "present: loss, target, scores") &&
+           contains(error.what(), "state.set_batch_output");
   });
   BOOST_CHECK_THROW(AllPredictionsSame(AllPredictionsSameOptions().output("")), ConfigError);
 }

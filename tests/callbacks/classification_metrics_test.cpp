@@ -37,8 +37,7 @@ struct EvalRun {
 
   EvalRun() {
     trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
-      t.state().tensors.set("target", batch.target);
+      t.state().set_batch_output(batch.data);
       return t.compute_loss(batch.data, batch.target);
     });
   }
@@ -163,8 +162,7 @@ BOOST_AUTO_TEST_CASE(bad_input) {
   {  // a target outside [0, C)
     EvalRun run;
     run.trainer.set_eval_step([](Trainer& t, Batch& batch) {
-      t.state().tensors.set("output", batch.data);
-      t.state().tensors.set("target", batch.target);
+      t.state().set_batch_output(batch.data);
       return batch.data.sum();
     });
     run.trainer.add(std::make_shared<ClassificationMetrics>());
@@ -185,7 +183,9 @@ BOOST_AUTO_TEST_CASE(bad_input) {
     trainer.add(std::make_shared<ClassificationMetrics>());
     auto batches = make_batches(1, 4);
     BOOST_CHECK_EXCEPTION(trainer.evaluate(batches), ConfigError, [](const ConfigError& error) {
-      return contains(error.what(), "'output'") && contains(error.what(), "present: logits");
+      return contains(error.what(), "'output'") &&
+             contains(error.what(), "present: loss, target, logits") &&
+             contains(error.what(), "state.set_batch_output");
     });
   }
 }

@@ -128,19 +128,18 @@ BOOST_AUTO_TEST_CASE(a_named_tensor_other_than_the_loss) {
     auto loss = t.compute_loss(output, batch.target);
     auto stored = output.detach().clone();
     if (t.state().step == 2) stored[0][0] = std::numeric_limits<float>::infinity();
-    t.state().tensors.set("output", stored);
-    t.state().tensors.set("loss", loss);
+    t.state().tensors.set("scores", stored);
     return loss;
   });
   trainer.add(
-      std::make_shared<TerminateOnNaN>(TerminateOnNaNOptions().tensors({"loss", "output"})));
+      std::make_shared<TerminateOnNaN>(TerminateOnNaNOptions().tensors({"loss", "scores"})));
   WeightsBefore before;
   before.watch(trainer, 2);
   auto batches = make_batches(6, 4);
   trainer.fit(batches);
   BOOST_TEST(trainer.state().step == 2);
   BOOST_TEST(equal(snapshot(trainer.module()), before.weights));
-  BOOST_TEST(contains(trainer.state().stop_reason(), "tensor 'output'"));
+  BOOST_TEST(contains(trainer.state().stop_reason(), "tensor 'scores'"));
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_gradient_with_a_finite_loss) {
@@ -185,6 +184,24 @@ BOOST_AUTO_TEST_CASE(non_finite_gradient_with_a_finite_loss) {
   BOOST_TEST(!unchecked.state().stop_requested());
 }
 
+// The loss checked is the one the step returned (State::batch_loss()): a custom step need not
+// store it.
+BOOST_AUTO_TEST_CASE(a_custom_steps_loss_is_checked_without_being_stored) {
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  int calls = 0;
+  Trainer trainer(model, sgd, nan_at_call(1, &calls),
+                  TrainerOptions().use_registered_subscriptions(false));
+  trainer.set_train_step(
+      [](Trainer& t, Batch& batch) { return t.compute_loss(t.forward(batch.data), batch.target); });
+  trainer.add(std::make_shared<TerminateOnNaN>());
+  auto batches = make_batches(4, 4);
+  trainer.fit(batches);
+  BOOST_TEST(trainer.state().step == 1);
+  BOOST_TEST(contains(trainer.state().stop_reason(), "tensor 'loss'"));
+  BOOST_TEST(contains(trainer.state().stop_reason(), "batch 1"));
+}
+
 BOOST_AUTO_TEST_CASE(a_tensor_the_step_does_not_store_is_a_config_error) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
@@ -193,11 +210,13 @@ BOOST_AUTO_TEST_CASE(a_tensor_the_step_does_not_store_is_a_config_error) {
     t.state().tensors.set("logits", t.forward(batch.data));
     return t.compute_loss(t.state().tensors.get("logits"), batch.target);
   });
-  trainer.add(std::make_shared<TerminateOnNaN>());
+  trainer.add(
+      std::make_shared<TerminateOnNaN>(TerminateOnNaNOptions().tensors({"loss", "scores"})));
   auto batches = make_batches(2, 4);
   BOOST_CHECK_EXCEPTION(trainer.fit(batches), ConfigError, [](const ConfigError& error) {
     const std::string message = error.what();
-    return contains(message, "tensor 'loss'") && contains(message, "present: logits");
+    return contains(message, "tensor 'scores'") &&
+           contains(message, "present: loss, target, logits");
   });
 }
 

@@ -1,6 +1,7 @@
 // Timer on a scripted clock: step times, moving average, throughput, epoch time, time limit.
 
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/timer.hpp>
@@ -86,15 +87,29 @@ BOOST_AUTO_TEST_CASE(step_freq_and_prefix) {
   BOOST_TEST(run.trainer.state().metrics.contains("time/epoch_time"));
 }
 
-BOOST_AUTO_TEST_CASE(no_throughput_without_the_samples_tensor) {
+// The default counts the batch's target (State::batch_target()), also with a custom train step.
+BOOST_AUTO_TEST_CASE(a_custom_step_counts_the_samples_of_the_batch_target) {
   ClockedRun run(TrainerOptions(), [](std::int64_t) { return 1.0; });
   run.trainer.set_train_step(
       [](Trainer& t, Batch& batch) { return t.compute_loss(t.forward(batch.data), batch.target); });
   run.trainer.add(std::make_shared<Timer>(TimerOptions().clock(run.clock())));
   auto data = make_batches(2, 4);
   run.trainer.fit(data);
+  BOOST_TEST(run.trainer.state().metrics.contains("samples_per_sec"));
+}
+
+BOOST_AUTO_TEST_CASE(no_throughput_without_the_samples_tensor) {
+  ClockedRun run(TrainerOptions(), [](std::int64_t) { return 1.0; });
+  run.trainer.add(
+      std::make_shared<Timer>(TimerOptions().clock(run.clock()).samples_from("weights")));
+  auto data = make_batches(2, 4);
+  CapturedLog log;
+  run.trainer.fit(data);
   BOOST_TEST(run.trainer.state().metrics.contains("step_time"));
   BOOST_TEST(!run.trainer.state().metrics.contains("samples_per_sec"));
+  const auto warnings = log.messages("warning");
+  BOOST_TEST_REQUIRE(warnings.size() == 1u);
+  BOOST_TEST(warnings[0].find("no tensor 'weights' at BatchEnd") != std::string::npos, warnings[0]);
 }
 
 BOOST_AUTO_TEST_CASE(time_limit_stops_at_a_step_boundary) {

@@ -3,6 +3,7 @@
 /// \file
 /// The one object every event carries.
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/tensor_store.hpp>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <utility>
 
 namespace torch {
 namespace nn {
@@ -24,6 +26,9 @@ namespace torchbus {
 
 class ProcessGroup;
 class Trainer;
+namespace detail {
+struct StepOutputAccess;
+}
 
 /// The action a trainer runs.
 enum class Action {
@@ -75,7 +80,30 @@ struct State {
   bool fast_dev_run = false;
 
   TensorStore tensors;    ///< tensors by name, scoped (see Scope)
-  MetricHistory metrics;  ///< metric name -> (step, epoch, value) series
+  MetricHistory metrics;  ///< metric name -> (step, epoch, value) series (metric_names.hpp)
+
+  // The step's output: tensor handles the trainer assigns in place (no allocation, no host sync),
+  // each an undefined tensor outside the events named (docs/events.md#the-steps-output).
+
+  /// The loss the train or eval step returned for the current batch (one element, 0-dim; in
+  /// training with its autograd graph): at BeforeBackward, AfterBackward, BatchEnd and
+  /// EvalBatchEnd of a batch whose step returned one (not cancelled before or in the step).
+  const at::Tensor& batch_loss() const noexcept { return batch_loss_; }
+  /// The loss back-propagated for the current batch, `batch_loss() / window_size` (before fp16
+  /// loss scaling multiplies it): at AfterBackward and BatchEnd of a batch that ran backward.
+  const at::Tensor& backward_loss() const noexcept { return backward_loss_; }
+  /// The step's loss, the sum of its window's `backward_loss()` values: the mean loss of the
+  /// window's batches (and, with a process group, of every rank's). At AfterOptimizerStep and
+  /// StepEnd of a step that made an update; also recorded as the metric `kTrainLoss`.
+  const at::Tensor& step_loss() const noexcept { return step_loss_; }
+  /// The model's output for the current batch, as the default step computed it or a custom step
+  /// set it (set_batch_output): from the step on, to BatchEnd or EvalBatchEnd.
+  const at::Tensor& batch_output() const noexcept { return batch_output_; }
+  /// The current batch's target (`Batch::target`, on the device): with `batch_loss()`.
+  const at::Tensor& batch_target() const noexcept { return batch_target_; }
+  /// Sets `batch_output()` for the current batch: a custom train or eval step calls it so that
+  /// what reads the output (ClassificationMetrics, AllPredictionsSame, ...) finds it.
+  void set_batch_output(at::Tensor output) noexcept { batch_output_ = std::move(output); }
 
   // Control.
   bool cancelled = false;       ///< the current batch was cancelled (CancelBatch)
@@ -127,8 +155,19 @@ struct State {
   }
 
  private:
-  friend class Trainer;  // sets trainer_ for the duration of an action
+  friend class Trainer;                    // sets trainer_ for the duration of an action
+  friend struct detail::StepOutputAccess;  // the loop's parts set the step's output
 
+  /// Makes the batch's values undefined (after BatchEnd and EvalBatchEnd).
+  void clear_batch_output() noexcept;
+  /// Makes every value of the step's output undefined (at the start of an action).
+  void clear_step_output() noexcept;
+
+  at::Tensor batch_loss_;
+  at::Tensor backward_loss_;
+  at::Tensor step_loss_;
+  at::Tensor batch_output_;
+  at::Tensor batch_target_;
   bool stop_requested_ = false;
   std::string stop_reason_;
   StopKind stop_kind_ = StopKind::Finished;

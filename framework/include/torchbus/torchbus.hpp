@@ -3,7 +3,6 @@
 /// \file
 /// Everything torchbus offers, in one include.
 
-#include <torchbus/archive_value.hpp>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
@@ -21,10 +20,10 @@
 #include <torchbus/filter.hpp>
 #include <torchbus/gradient_reducer.hpp>
 #include <torchbus/launch_environment.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/rng_state.hpp>
@@ -33,6 +32,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/subscription.hpp>
 #include <torchbus/system_error_text.hpp>
+#include <torchbus/tensor_names.hpp>
 #include <torchbus/tensor_store.hpp>
 #include <torchbus/trainer.hpp>
 #include <torchbus/trainer_options.hpp>

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <cstdint>
 #include <string>
@@ -17,8 +18,9 @@ struct AllPredictionsSameOptions {
   /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
   /// instance of a run its own).
   TORCH_ARG(std::string, name) = "all_predictions_same";
-  /// Tensor holding the model's output in each evaluation batch.
-  TORCH_ARG(std::string, output) = "output";
+  /// Tensor holding the model's output in each evaluation batch: by default State::batch_output(),
+  /// else a tensor the eval step stores (find_step_tensor).
+  TORCH_ARG(std::string, output) = std::string(tensor_names::kOutput);
   /// Predictions are output.argmax(1) when the output has a class dimension (dim >= 2 and
   /// size(1) > 1); otherwise the output values themselves. False: always the output values.
   TORCH_ARG(bool, argmax) = true;

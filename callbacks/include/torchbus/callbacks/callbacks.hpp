@@ -1,9 +1,10 @@
 #pragma once
 
 /// \file
-/// Every built-in callback, in one include.
+/// Every built-in callback and the helpers they share with callbacks of your own, in one include.
 
 #include <torchbus/callbacks/all_predictions_same.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/callbacks/default_callbacks.hpp>
@@ -11,6 +12,7 @@
 #include <torchbus/callbacks/ema.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/lr_finder.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/profiler.hpp>

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <cstdint>
 #include <string>
@@ -26,10 +27,11 @@ struct ClassificationMetricsOptions {
   TORCH_ARG(std::string, prefix) = "val_";
   /// Also record "<prefix>precision_class_<c>", "<prefix>recall_class_<c>", "<prefix>f1_class_<c>".
   TORCH_ARG(bool, per_class) = true;
-  /// Tensor holding the model's scores, shape [N, C] or [N, C, d...] (argmax over dim 1).
-  TORCH_ARG(std::string, output) = "output";
-  /// Tensor holding the class indices, shape [N] or [N, d...].
-  TORCH_ARG(std::string, target) = "target";
+  /// Tensor holding the model's scores, shape [N, C] or [N, C, d...] (argmax over dim 1): by
+  /// default State::batch_output(), else a tensor the eval step stores (find_step_tensor).
+  TORCH_ARG(std::string, output) = std::string(tensor_names::kOutput);
+  /// Tensor holding the class indices, shape [N] or [N, d...]: by default State::batch_target().
+  TORCH_ARG(std::string, target) = std::string(tensor_names::kTarget);
   /// Name of the confusion matrix in the tensor store (Scope::Epoch).
   TORCH_ARG(std::string, confusion_matrix) = "confusion_matrix";
 

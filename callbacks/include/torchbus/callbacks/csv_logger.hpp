@@ -5,6 +5,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -31,8 +32,10 @@ struct CsvLoggerOptions {
   TORCH_ARG(std::string, path);
   /// Write a step row at every StepEnd where `state.step % step_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 50;
-  /// One-element tensors of the tensor store written as columns of step rows (may be empty).
-  TORCH_ARG(std::vector<std::string>, tensors_to_log) = std::vector<std::string>{"loss"};
+  /// One-element tensors written as columns of step rows (may be empty): the default is the step's
+  /// loss (State::step_loss()), other names are tensors of the store (find_step_tensor).
+  TORCH_ARG(std::vector<std::string>,
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
   /// Metrics written in epoch rows; empty: every metric recorded during the epoch except
   /// `train_loss` (already in step rows as `loss`).
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};

@@ -6,6 +6,7 @@
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
 #include <torchbus/connection.hpp>
+#include <torchbus/metric_names.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -49,7 +50,8 @@ struct DefaultCallbacksOptions {
   /// Continue the CSV file of an earlier run (set when resuming).
   TORCH_ARG(bool, append) = false;
   /// Metrics the progress bar shows next to the loss.
-  TORCH_ARG(std::vector<std::string>, metrics_to_show) = std::vector<std::string>{"val_loss"};
+  TORCH_ARG(std::vector<std::string>,
+            metrics_to_show) = std::vector<std::string>{std::string(metric_names::kValLoss)};
 
  public:
   /// Throws ConfigError naming the first option that is out of range.

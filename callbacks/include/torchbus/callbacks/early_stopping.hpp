@@ -11,6 +11,7 @@
 #include <torchbus/connection.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/metric_names.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -26,7 +27,7 @@ struct EarlyStoppingOptions {
   /// instance of a run its own).
   TORCH_ARG(std::string, name) = "early_stopping";
   /// Name of the metric in the metric history to watch.
-  TORCH_ARG(std::string, monitor) = "val_loss";
+  TORCH_ARG(std::string, monitor) = std::string(metric_names::kValLoss);
   /// Whether lower (Min) or higher (Max) values are better.
   TORCH_ARG(Mode, mode) = Mode::Min;
   /// Checks in a row without improvement after which the run stops (>= 0; 0: the first one).

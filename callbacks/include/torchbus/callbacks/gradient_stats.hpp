@@ -40,8 +40,8 @@ struct GradientStatsOptions {
 
 /// Computes gradient norms every `step_freq` optimizer steps and stores them as one-element
 /// tensors with Scope::Step ("grad_norm", "grad_norm/<parameter>"), recorded in the metric history
-/// at the step's number (state.step + 1, as "train_loss"). Never syncs. Parameters without a
-/// gradient are left out. Role::Metrics.
+/// at the step's number (state.step + 1, as metric_names::kTrainLoss). Never syncs. Parameters
+/// without a gradient are left out. Role::Metrics.
 class GradientStats : public Callback {
  public:
   /// A GradientStats named by its options; throws ConfigError for invalid options.

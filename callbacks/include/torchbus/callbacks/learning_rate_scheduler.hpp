@@ -9,6 +9,7 @@
 #include <torchbus/callbacks/metric_monitor.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/metric_names.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -82,7 +83,7 @@ struct StepDecayOptions {
 /// monitored metric has not improved for more than `patience` checks.
 struct ReduceOnPlateauOptions {
   /// Name of the metric in the metric history to watch.
-  TORCH_ARG(std::string, monitor) = "val_loss";
+  TORCH_ARG(std::string, monitor) = std::string(metric_names::kValLoss);
   /// Whether lower (Min) or higher (Max) values are better.
   TORCH_ARG(Mode, mode) = Mode::Min;
   /// Checks without improvement tolerated; the learning rate drops at the next one (>= 0).

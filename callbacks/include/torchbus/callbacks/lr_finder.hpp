@@ -7,6 +7,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/batch_source.hpp>
+#include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
 
 #include <cstddef>
@@ -53,7 +54,7 @@ struct LRFinderOptions {
 /// What a range test measured: one point per optimizer step of the sweep.
 struct LRFinderResult {
   std::vector<double> lrs;              ///< learning rate of each step
-  std::vector<double> losses;           ///< the step's training loss ("loss" of the step)
+  std::vector<double> losses;           ///< the step's training loss (State::step_loss())
   std::vector<double> smoothed_losses;  ///< exponential moving average of `losses`
   /// Index of the suggested point: the steepest descent of the smoothed loss (none: too few
   /// finite points after skip_begin and skip_end).

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -21,8 +22,10 @@ struct SimpleLoggerOptions {
   TORCH_ARG(std::string, name) = "simple_logger";
   /// Log at every StepEnd where `state.step % step_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 50;
-  /// Names of the tensors to log from the tensor store at StepEnd (at least one).
-  TORCH_ARG(std::vector<std::string>, tensors_to_log) = std::vector<std::string>{"loss"};
+  /// Names of the tensors to log at StepEnd (at least one): the default is the step's loss
+  /// (State::step_loss()), other names are tensors of the store (find_step_tensor).
+  TORCH_ARG(std::vector<std::string>,
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
   /// Log the learning rate of the optimizer's first parameter group.
   TORCH_ARG(bool, log_lr) = true;
   /// Log the mean wall time per step since the previous logged step.

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <array>
 #include <chrono>
@@ -41,9 +42,11 @@ struct TensorBoardLoggerOptions {
   TORCH_ARG(std::string, log_dir);
   /// Write scalars at every StepEnd where `state.step % step_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 50;
-  /// Tensors of the tensor store to write as `train/<name>`: one-element tensors as scalars (every
-  /// `step_freq` steps), others as histograms (every `histogram_freq` steps). May be empty.
-  TORCH_ARG(std::vector<std::string>, tensors_to_log) = std::vector<std::string>{"loss"};
+  /// Tensors to write as `train/<name>`: one-element tensors as scalars (every `step_freq` steps),
+  /// others as histograms (every `histogram_freq` steps). May be empty. The default is the step's
+  /// loss (State::step_loss()), other names are tensors of the store (find_step_tensor).
+  TORCH_ARG(std::vector<std::string>,
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
   /// Write histograms at every StepEnd where `state.step % histogram_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, histogram_freq) = 50;
   /// Equal-width buckets of a histogram between the tensor's min and max (>= 1).

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <cstdint>
 #include <string>
@@ -19,9 +20,10 @@ struct TerminateOnNaNOptions {
   /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
   /// instance of a run its own).
   TORCH_ARG(std::string, name) = "terminate_on_nan";
-  /// Names of batch tensors checked after every backward (the default train step stores "loss",
-  /// "output" and "target"); each must be in the tensor store at AfterBackward.
-  TORCH_ARG(std::vector<std::string>, tensors) = {"loss"};
+  /// Names of batch tensors checked after every backward: the names of tensor_names.hpp are the
+  /// batch's loss, output and target (State::batch_loss(), ...), any other a tensor the train step
+  /// stores (find_step_tensor); each must be there at AfterBackward.
+  TORCH_ARG(std::vector<std::string>, tensors) = {std::string(tensor_names::kLoss)};
   /// Also check every parameter's gradient before the optimizer step.
   TORCH_ARG(bool, check_gradients) = false;
 };
@@ -29,7 +31,7 @@ struct TerminateOnNaNOptions {
 /// Checks the configured tensors of every batch (at AfterBackward, no sync) and, optionally, the
 /// gradients; at BeforeOptimizerStep reads one flag for the whole step (one host sync per step).
 /// Dense CPU tensors of a real type are checked directly in host memory at AfterBackward (no tensor
-/// op, nothing left to read), so with the default `{"loss"}` on the CPU a step costs no sync.
+/// op, nothing left to read), so with the default (the batch loss) on the CPU a step costs no sync.
 /// A non-finite value skips that step's update (`state.skip_update`), so the weights stay as they
 /// were before the step, and requests a stop naming the tensor, batch, step and epoch.
 /// Role::Monitor, after Role::Metrics and before Role::Scheduler (a NaN stops the run before a

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -26,8 +27,9 @@ struct TimerOptions {
   TORCH_ARG(double, ema_decay) = 0.9;
   /// Record the step metrics every n-th optimizer step (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 1;
-  /// Tensor whose size(0) is a batch's number of samples ("" or absent: no throughput).
-  TORCH_ARG(std::string, samples_from) = "target";
+  /// Tensor whose size(0) is a batch's number of samples ("" or absent: no throughput): by default
+  /// State::batch_target(), else a tensor the train step stores (find_step_tensor).
+  TORCH_ARG(std::string, samples_from) = std::string(tensor_names::kTarget);
   /// Prefix of the recorded metrics: "<prefix>step_time", "<prefix>step_time_ema",
   /// "<prefix>samples_per_sec", "<prefix>epoch_time".
   TORCH_ARG(std::string, prefix) = "";

@@ -5,11 +5,12 @@
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
 #include <torchbus/callback.hpp>
-#include <torchbus/logged_values.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/state.hpp>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -93,7 +94,7 @@ BOOST_AUTO_TEST_CASE(options_without_a_learning_rate_are_named_in_one_line) {
 BOOST_AUTO_TEST_CASE(a_tensor_that_cannot_be_logged_is_described) {
   State state;
   state.step = 7;
-  state.tensors.set("loss", torch::tensor(0.5));
+  state.tensors.set("confidence", torch::tensor(0.5));
   state.tensors.set("logits", torch::zeros({2, 3}));
   const Callback logger("log");
   const WarningSource source{"SimpleLogger", logger};
@@ -101,9 +102,10 @@ BOOST_AUTO_TEST_CASE(a_tensor_that_cannot_be_logged_is_described) {
     return warning_of(
         [&] { warn_tensor_not_logged(state, name, tensor, source, "it is skipped"); });
   };
-  BOOST_TEST(warn("accuracy", nullptr) ==
-             "SimpleLogger 'log': no tensor named 'accuracy' at step 7 (present: loss, logits); it "
-             "is skipped (reported once)");
+  BOOST_TEST(
+      warn("accuracy", nullptr) ==
+      "SimpleLogger 'log': no tensor named 'accuracy' at step 7 (present: confidence, logits); it "
+      "is skipped (reported once)");
   const at::Tensor undefined;
   BOOST_TEST(warn("x", &undefined) ==
              "SimpleLogger 'log': tensor 'x' is undefined at step 7; it is skipped (reported "
@@ -123,6 +125,24 @@ BOOST_AUTO_TEST_CASE(a_tensor_that_cannot_be_logged_is_described) {
   BOOST_TEST(
       contains(warning_of([&] { warn_tensor_not_logged(nothing, "loss", nullptr, source, "-"); }),
                "(present: none)"));
+}
+
+// The framework's names stand for State's typed values, whatever the store holds under them.
+BOOST_AUTO_TEST_CASE(the_framework_names_are_the_typed_values) {
+  State state;
+  const auto output = torch::ones({2, 3});
+  state.set_batch_output(output);
+  state.tensors.set("output", torch::zeros({2, 3}));  // a custom step's own tensor
+  state.tensors.set("loss", torch::tensor(0.5));
+  state.tensors.set("confidence", torch::tensor(0.25));
+  BOOST_TEST(find_step_tensor(state, "output") == &state.batch_output());
+  BOOST_TEST(find_step_tensor(state, "output")->is_same(output));
+  // No batch loss, no step loss, no target outside a run: none, though the store has a "loss".
+  BOOST_TEST(find_step_tensor(state, "loss") == nullptr);
+  BOOST_TEST(find_step_tensor(state, "target") == nullptr);
+  BOOST_TEST(find_step_tensor(state, "confidence") == state.tensors.find("confidence"));
+  BOOST_TEST(find_step_tensor(state, "accuracy") == nullptr);
+  BOOST_TEST(step_tensor_names(state) == (std::vector<std::string>{"output", "confidence"}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace at {
 class Tensor;
@@ -31,6 +32,16 @@ struct WarningSource {
 std::optional<double> learning_rate_or_warn_once(const State& state, bool& warned,
                                                  const WarningSource& source,
                                                  std::string_view consequence);
+
+/// The tensor a built-in's option names, e.g. `TerminateOnNaNOptions::tensors`: the names of
+/// tensor_names.hpp stand for the step's typed values (`kLoss`: `state.batch_loss()` while a batch
+/// runs, else `state.step_loss()`; `kOutput`, `kTarget`: `state.batch_output()`,
+/// `batch_target()`), any other name is a tensor of `state.tensors`. Null when there is none or
+/// the typed value is undefined.
+const at::Tensor* find_step_tensor(const State& state, std::string_view name) noexcept;
+
+/// The names `find_step_tensor` finds now, for messages about a name it does not find.
+std::vector<std::string> step_tensor_names(const State& state);
 
 /// Warns that `source` cannot log tensor `name` at `state.step`, saying why: "<source>: no tensor
 /// named 'x' at step 3 (present: a, b); <consequence> (reported once)" when `tensor` is null, else

@@ -1,5 +1,5 @@
 #include <torch/serialize/archive.h>
-#include <torchbus/archive_value.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/error.hpp>
 
 namespace torchbus {

@@ -2,10 +2,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
-#include <torchbus/logged_values.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/tensor_names.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -22,7 +23,33 @@ std::string what_is_wrong(const std::string& name, const at::Tensor& tensor) {
                      kind);
 }
 
+/// The typed value of `state` that `name` stands for, or null when `name` is a tensor of the store.
+const at::Tensor* typed_value(const State& state, std::string_view name) noexcept {
+  if (name == tensor_names::kLoss) {
+    return state.batch_loss().defined() ? &state.batch_loss() : &state.step_loss();
+  }
+  if (name == tensor_names::kOutput) return &state.batch_output();
+  if (name == tensor_names::kTarget) return &state.batch_target();
+  return nullptr;
+}
+
 }  // namespace
+
+const at::Tensor* find_step_tensor(const State& state, std::string_view name) noexcept {
+  if (const at::Tensor* typed = typed_value(state, name)) return typed->defined() ? typed : nullptr;
+  return state.tensors.find(name);
+}
+
+std::vector<std::string> step_tensor_names(const State& state) {
+  std::vector<std::string> names;
+  for (const auto name : {tensor_names::kLoss, tensor_names::kOutput, tensor_names::kTarget}) {
+    if (find_step_tensor(state, name) != nullptr) names.emplace_back(name);
+  }
+  for (auto& name : state.tensors.names()) {
+    if (typed_value(state, name) == nullptr) names.push_back(std::move(name));
+  }
+  return names;
+}
 
 std::optional<double> learning_rate_or_warn_once(const State& state, bool& warned,
                                                  const WarningSource& source,
@@ -49,7 +76,7 @@ void warn_tensor_not_logged(const State& state, const std::string& name, const a
                             const WarningSource& source, std::string_view consequence) {
   const std::string problem =
       tensor == nullptr ? fmt::format("no tensor named '{}' at step {} (present: {})", name,
-                                      state.step, detail::join_or_none(state.tensors.names()))
+                                      state.step, detail::join_or_none(step_tensor_names(state)))
                         : fmt::format("{} at step {}", what_is_wrong(name, *tensor), state.step);
   logger()->warn("{} '{}': {}; {} (reported once)", source.kind, source.callback.name(), problem,
                  consequence);
