@@ -25,6 +25,7 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/phase.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/role.hpp>
