@@ -151,8 +151,7 @@ CsvLogger::~CsvLogger() {
 
 // ---- opening ------------------------------------------------------------------------------------
 
-void CsvLogger::on_action_start(State& state) {
-  if (state.fast_dev_run) return;  // writes nothing: the file stays closed
+void CsvLogger::on_action_start(State& /*state*/) {
   open(/*replace=*/!options_.append() && !opened_before_);
   opened_before_ = true;
 }
@@ -407,9 +406,8 @@ void CsvLogger::on_step_end(State& state) {
   flush_if_due();
 }
 
-void CsvLogger::on_eval_start(State& state) {
-  if (state.sanity_checking) return;  // as if it did not run: the header waits for the first rows
-  flush_rows();                       // rows do not wait while the evaluation runs
+void CsvLogger::on_eval_start(State& /*state*/) {
+  flush_rows();  // rows do not wait while the evaluation runs
 }
 
 void CsvLogger::begin_row(const char* kind, const State& state) {

@@ -59,7 +59,7 @@ void EarlyStopping::on_added(Trainer& trainer) {
 }
 
 void EarlyStopping::on_eval_end(State& state) {
-  if (options_.check_on() == Event::EvalEnd && !state.sanity_checking) check(state);
+  if (options_.check_on() == Event::EvalEnd) check(state);
 }
 
 void EarlyStopping::on_epoch_end(State& state) {

@@ -253,7 +253,6 @@ void LearningRateScheduler::on_after_optimizer_step(State& state) {
 }
 
 void LearningRateScheduler::on_eval_end(State& state) {
-  if (state.sanity_checking) return;
   if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EvalEnd) check_plateau(state);
 }
 

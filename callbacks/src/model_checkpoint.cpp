@@ -50,8 +50,7 @@ void ModelCheckpoint::on_added(Trainer& trainer) {
   }
 }
 
-void ModelCheckpoint::on_action_start(State& state) {
-  if (state.fast_dev_run) return;  // writes nothing (save() returns at once too)
+void ModelCheckpoint::on_action_start(State& /*state*/) {
   const auto& directory = options_.directory();
   TORCHBUS_CHECK(!fs::exists(directory) || fs::is_directory(directory), ConfigError,
                  "ModelCheckpoint folder ", directory.string(),
@@ -80,8 +79,7 @@ void ModelCheckpoint::on_step_end(State& state) {
 }
 
 void ModelCheckpoint::on_eval_end(State& state) {
-  // evaluate(), or the sanity check before training: not a validation of fit()
-  if (state.action != Action::Fit || state.sanity_checking) return;
+  if (state.action != Action::Fit) return;  // evaluate(): not a validation of fit()
   ++evaluations_;
   if (pending_) save(state, /*at_epoch_end=*/false);
 }
@@ -144,7 +142,6 @@ std::optional<double> ModelCheckpoint::score_of(const State& state) {
 
 void ModelCheckpoint::save(State& state, bool at_epoch_end) {
   pending_ = false;
-  if (state.fast_dev_run) return;
   if (state.step == last_saved_step_ && state.epoch == last_saved_epoch_ &&
       evaluations_ == last_saved_evaluations_ && (!at_epoch_end || last_saved_at_epoch_end_)) {
     return;

@@ -375,7 +375,6 @@ void RunReport::on_action_start(State& state) {
   action_start_ = Clock::now();
   in_action_ = true;
   trains_ = false;
-  if (state.fast_dev_run) return;  // writes nothing, here, at EpochEnd or at ActionEnd
 
   start_failed_ = true;
   const fs::path path(options_.path());
@@ -428,7 +427,7 @@ void RunReport::on_step_end(State& state) {
 
 void RunReport::on_epoch_end(State& state) {
   const auto every = options_.update_every_n_epochs();
-  if (state.fast_dev_run || every <= 0 || (state.epoch + 1) % every != 0) return;
+  if (every <= 0 || (state.epoch + 1) % every != 0) return;
   try {
     write(state);
   } catch (const std::exception& failure) {
@@ -444,7 +443,6 @@ void RunReport::on_action_end(State& state) {
     start_failed_ = false;
     return;  // ActionStart already reported why the report cannot be written
   }
-  if (state.fast_dev_run) return;
   write(state);
   logger()->info("RunReport '{}': wrote {}", name(), options_.path());
 }

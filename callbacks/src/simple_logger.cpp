@@ -30,7 +30,8 @@ void SimpleLoggerOptions::validate() const {
 
 SimpleLogger::SimpleLogger(SimpleLoggerOptions options)
     : Callback(options.name()), options_(std::move(options)) {
-  set_role(Role::Logger).after(Role::Metrics);
+  // Writes no file, so it shows a fast dev run too (a Logger's default is to sit it out).
+  set_role(Role::Logger).after(Role::Metrics).run_during(Phase::FastDevRun);
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);

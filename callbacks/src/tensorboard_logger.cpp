@@ -167,9 +167,8 @@ void TensorBoardLogger::on_added(Trainer& trainer) {
 
 // ---- the file -----------------------------------------------------------------------------------
 
-void TensorBoardLogger::on_action_start(State& state) {
+void TensorBoardLogger::on_action_start(State& /*state*/) {
   for (auto& writer : writers_) writer.reset();
-  if (state.fast_dev_run) return;  // writes nothing: every hook finds no writer
   const fs::path directory(options_.log_dir());
   std::error_code error;
   fs::create_directories(directory, error);
@@ -309,7 +308,6 @@ void TensorBoardLogger::on_epoch_start(State& state) {
 }
 
 void TensorBoardLogger::on_eval_start(State& state) {
-  if (state.sanity_checking) return;
   if (!begun_) begin(state);
 }
 
@@ -427,7 +425,7 @@ void TensorBoardLogger::write_parameter_histograms(const State& state) {
 // ---- epochs and metrics -------------------------------------------------------------------------
 
 void TensorBoardLogger::on_eval_end(State& state) {
-  if (writers_[kMainRun] && !state.sanity_checking) write_new_metrics(state);
+  if (writers_[kMainRun]) write_new_metrics(state);
 }
 
 void TensorBoardLogger::on_epoch_end(State& state) {

@@ -67,15 +67,18 @@ struct PlainSlot {
   Channels* channels;
   std::size_t channel;
   SubscriberId id;
+  PhaseMask skipped;  // the phases it sits out on this channel
 
   void operator()(State& state) {
+    if (in_phase(state, skipped)) return;
     observed(*channels, channel, id, [&] { slot(state); });
   }
 };
 
 /// A subscription behind a filter, as stored in its Signals2 slot; only the calls the filter lets
 /// through are observed. The filter lives in the subscriber's ChannelSlot (one copy per channel),
-/// where checkpoints read its count.
+/// where checkpoints read its count. The filter counts every call, also one the subscriber's phases
+/// then skip (as when a subscriber returned early by hand): its count does not depend on them.
 struct FilteredSlot {
   Filter* filter;
   EventBus::Slot slot;
@@ -83,9 +86,12 @@ struct FilteredSlot {
   Channels* channels;
   std::size_t channel;
   SubscriberId id;
+  PhaseMask skipped;
 
   void operator()(State& state) {
-    if (filter->passes(event, state)) observed(*channels, channel, id, [&] { slot(state); });
+    if (filter->passes(event, state) && !in_phase(state, skipped)) {
+      observed(*channels, channel, id, [&] { slot(state); });
+    }
   }
 };
 
@@ -185,13 +191,15 @@ Connection EventBus::subscribe(const std::vector<std::size_t>& channel_indices, 
   for (const auto index : channel_indices) {
     detail::ChannelSlot entry;
     entry.channel = index;
+    const auto skipped = detail::skipped_on(index, subscriber->placement);
     if (filter.passes_everything()) {
-      entry.function = detail::PlainSlot{slot, &channels, index, id};
+      entry.function = detail::PlainSlot{slot, &channels, index, id, skipped};
     } else {
       entry.filter = std::make_unique<Filter>(filter);
       const auto event =
           index < kEventCount ? std::optional(static_cast<Event>(index)) : std::nullopt;
-      entry.function = detail::FilteredSlot{entry.filter.get(), slot, event, &channels, index, id};
+      entry.function =
+          detail::FilteredSlot{entry.filter.get(), slot, event, &channels, index, id, skipped};
     }
     subscriber->slots.push_back(std::move(entry));
   }
@@ -271,8 +279,9 @@ CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, Ev
   if (hooks.contains(Event::Name)) {                                                      \
     detail::ChannelSlot entry;                                                            \
     entry.channel = index_of(Event::Name);                                                \
-    entry.function = [target = callback, state, id](State& s) {                           \
-      if (!target->runs_on(s.rank)) return;                                               \
+    const auto skipped = detail::skipped_on(entry.channel, subscriber->placement);        \
+    entry.function = [target = callback, state, id, skipped](State& s) {                  \
+      if (!target->runs_on(s.rank) || detail::in_phase(s, skipped)) return;               \
       detail::observed(*state, index_of(Event::Name), id, [&] { target->on_##name(s); }); \
     };                                                                                    \
     subscriber->slots.push_back(std::move(entry));                                        \

@@ -20,6 +20,25 @@ namespace torchbus::detail {
 /// Logs the exception being handled as thrown by a subscriber during `during`.
 void log_guarded_error(std::string_view during);
 
+/// Whether `state` is in one of the phases of `skipped` (one branch: the trainer's flags as bits).
+inline bool in_phase(const State& state, PhaseMask skipped) noexcept {
+  const auto current =
+      static_cast<PhaseMask>((state.sanity_checking ? mask_of(Phase::SanityCheck) : 0) |
+                             (state.fast_dev_run ? mask_of(Phase::FastDevRun) : 0));
+  return (current & skipped) != 0;
+}
+
+/// The phases a subscriber placed by `placement` sits out on `channel`. ActionStart and ActionEnd
+/// belong to the action, never to the sanity check inside it: an exception escaping the sanity
+/// check still closes the action at ActionEnd, with State::sanity_checking set.
+inline PhaseMask skipped_on(std::size_t channel, const Placement& placement) noexcept {
+  auto skipped = placement.skipped_phases();
+  if (channel == index_of(Event::ActionStart) || channel == index_of(Event::ActionEnd)) {
+    skipped &= static_cast<PhaseMask>(~mask_of(Phase::SanityCheck));
+  }
+  return skipped;
+}
+
 /// Signals2 combiner. Runs the slots in order; StopTraining/CancelEpoch/CancelBatch end only the
 /// slot that threw and are rethrown after the others ran; in guarded mode every error is logged
 /// instead.

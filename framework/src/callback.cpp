@@ -43,6 +43,16 @@ Callback& Callback::before(Role role) {
   return *this;
 }
 
+Callback& Callback::skip_during(Phase phase) noexcept {
+  placement_.skip_during(phase);
+  return *this;
+}
+
+Callback& Callback::run_during(Phase phase) noexcept {
+  placement_.run_during(phase);
+  return *this;
+}
+
 Callback& Callback::run_on_rank(int rank) {
   TORCHBUS_CHECK(rank >= 0, ConfigError, "run_on_rank needs a rank >= 0, got ", rank);
   rank_ = rank;

@@ -2,9 +2,11 @@
 
 /// \file
 /// Placement: where a subscription runs among the subscribers of its event: after or before named
-/// subscribers or roles, then by priority, then by role, then in registration order. E.g.
+/// subscribers or roles, then by priority, then by role, then in registration order; and the
+/// phases it sits out. E.g.
 /// `bus.on(Event::StepEnd, fn, torchbus::after("early_stopping").named("my_logger"))`.
 
+#include <torchbus/phase.hpp>
 #include <torchbus/role.hpp>
 
 #include <string>
@@ -15,7 +17,8 @@
 namespace torchbus {
 
 /// Ordering of a subscription: an optional name and role others can refer to, the names and roles
-/// it must run after or before, and a priority (lower first) that breaks the remaining ties.
+/// it must run after or before, and a priority (lower first) that breaks the remaining ties. Also
+/// the phases it sits out: those its role skips by default, unless declared otherwise.
 class Placement {
  public:
   /// Priority 0, no name, no constraint.
@@ -58,6 +61,18 @@ class Placement {
     priority_ = priority;
     return *this;
   }
+  /// Does not run during `phase`, whatever its role's default.
+  Placement& skip_during(Phase phase) noexcept {
+    skipped_ |= mask_of(phase);
+    kept_ &= static_cast<PhaseMask>(~mask_of(phase));
+    return *this;
+  }
+  /// Runs during `phase`, whatever its role's default.
+  Placement& run_during(Phase phase) noexcept {
+    kept_ |= mask_of(phase);
+    skipped_ &= static_cast<PhaseMask>(~mask_of(phase));
+    return *this;
+  }
 
   /// The priority.
   int priority() const noexcept { return priority_; }
@@ -73,6 +88,12 @@ class Placement {
   const std::vector<Role>& after_roles() const noexcept { return after_roles_; }
   /// Roles this subscription runs before.
   const std::vector<Role>& before_roles() const noexcept { return before_roles_; }
+  /// The phases this subscription sits out: as declared, else as its role's default.
+  PhaseMask skipped_phases() const noexcept {
+    return static_cast<PhaseMask>((default_skipped_phases(role_) | skipped_) & ~kept_);
+  }
+  /// Whether this subscription runs during `phase`.
+  bool runs_during(Phase phase) const noexcept { return (skipped_phases() & mask_of(phase)) == 0; }
 
  private:
   int priority_ = 0;
@@ -82,6 +103,8 @@ class Placement {
   Role role_ = Role::Unassigned;
   std::vector<Role> after_roles_;
   std::vector<Role> before_roles_;
+  PhaseMask skipped_ = 0;  // declared with skip_during
+  PhaseMask kept_ = 0;     // declared with run_during
 };
 
 /// A placement after the subscriber called `name` (a callback's or a named subscription's name).
@@ -103,6 +126,14 @@ inline Placement before(Role role) {
 /// A placement that only gives the subscription a role.
 inline Placement with_role(Role role) {
   return Placement().with_role(role);
+}
+/// A placement that only keeps the subscription from running during `phase`.
+inline Placement skip_during(Phase phase) {
+  return Placement().skip_during(phase);
+}
+/// A placement that only has the subscription run during `phase` (whatever its role's default).
+inline Placement run_during(Phase phase) {
+  return Placement().run_during(phase);
 }
 /// A placement that only names the subscription.
 inline Placement named(std::string name) {

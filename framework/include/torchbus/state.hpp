@@ -72,11 +72,11 @@ struct State {
   bool training = false;                         ///< true in training batches, false in evaluation
   /// The action running, from before ActionStart (a resume included) to after ActionEnd.
   Action action = Action::None;
-  /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps):
-  /// built-in monitors, checkpoints and loggers ignore it; its metrics are rolled back after it.
+  /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps): the
+  /// bus does not call subscribers that sit out Phase::SanityCheck; its metrics are rolled back.
   bool sanity_checking = false;
-  /// During a fit or evaluation with TrainerOptions::fast_dev_run: built-in writers
-  /// (checkpoints, loggers, the report) write nothing.
+  /// During a fit or evaluation with TrainerOptions::fast_dev_run: the bus does not call
+  /// subscribers that sit out Phase::FastDevRun (checkpoints, loggers, the report).
   bool fast_dev_run = false;
 
   TensorStore tensors;    ///< tensors by name, scoped (see Scope)
