@@ -1,6 +1,7 @@
 // Callback state goes into checkpoints by the callback's name and comes back on resume.
 
 #include "resume_setup.hpp"
+#include "step_counter.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -11,22 +12,6 @@ using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// Counts the steps it saw; its count survives a resume.
-class StepCounter : public Callback {
- public:
-  StepCounter() : Callback("step_counter") {}
-  std::int64_t count = 0;
-  void on_step_end(State&) override { ++count; }
-  void save_state(torch::serialize::OutputArchive& archive) const override {
-    archive.write("count", c10::IValue(count));
-  }
-  void load_state(torch::serialize::InputArchive& archive) override {
-    c10::IValue value;
-    archive.read("count", value);
-    count = value.toInt();
-  }
-};
 
 class Refuses : public Callback {
  public:

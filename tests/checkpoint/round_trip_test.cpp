@@ -4,6 +4,7 @@
 // callbacks' states and the filters' counts).
 
 #include "resume_setup.hpp"
+#include "step_counter.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <support/scratch.hpp>
@@ -15,24 +16,6 @@ using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A class callback with state of its own, saved in checkpoints.
-class StepCounter : public Callback {
- public:
-  StepCounter() : Callback("step_counter") {}
-  void on_step_end(State&) override { ++steps_; }
-  void save_state(torch::serialize::OutputArchive& archive) const override {
-    archive.write("steps", c10::IValue(steps_));
-  }
-  void load_state(torch::serialize::InputArchive& archive) override {
-    c10::IValue steps;
-    archive.read("steps", steps);
-    steps_ = steps.toInt();
-  }
-
- private:
-  std::int64_t steps_ = 0;
-};
 
 torch::serialize::InputArchive payload_of(const fs::path& path, CheckpointHeader& header) {
   std::istringstream in(read_checkpoint_payload(path, &header));
