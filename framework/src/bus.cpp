@@ -13,14 +13,21 @@
 namespace torchbus {
 namespace detail {
 
-void log_guarded_error(std::string_view during) {
+namespace {
+/// What the exception being handled says ("a non-standard exception" when it is no std::exception).
+std::string current_error_text() {
   try {
     throw;
   } catch (const std::exception& error) {
-    logger()->error("a subscriber threw during {}: {}", during, error.what());
+    return error.what();
   } catch (...) {
-    logger()->error("a subscriber threw a non-standard exception during {}", during);
+    return "a non-standard exception";
   }
+}
+}  // namespace
+
+void log_guarded_error(std::string_view during) {
+  logger()->error("a subscriber threw during {}: {}", during, current_error_text());
 }
 
 namespace {
@@ -95,6 +102,41 @@ struct FilteredSlot {
   }
 };
 
+/// A subscription under a Disable error policy, wrapped around its slot: its failures after
+/// ActionStart are recorded (and end its subscription when it has no retry left) instead of
+/// propagating.
+struct IsolatedSlot {
+  Signal::slot_function_type call;
+  Channels* channels;
+  std::size_t channel;
+  SubscriberId id;
+
+  void operator()(State& state) {
+    try {
+      call(state);
+      channels->subscribers[id]->failures_in_a_row = 0;
+    } catch (const StopTraining&) {
+      throw;
+    } catch (const CancelEpoch&) {
+      throw;
+    } catch (const CancelBatch&) {
+      throw;
+    } catch (...) {
+      // At ActionStart nothing has run yet: a subscriber that cannot start (an unwritable folder,
+      // an unreachable server) fails the action at once, whatever its policy.
+      if (channel == index_of(Event::ActionStart)) throw;
+      channels->record_failure(id, channel);
+    }
+  }
+};
+
+/// Wraps `slot`'s function in an IsolatedSlot when `placement`'s error policy does not propagate.
+void apply_error_policy(ChannelSlot& slot, const Placement& placement, Channels& channels,
+                        SubscriberId id) {
+  if (placement.error_policy().propagates()) return;
+  slot.function = IsolatedSlot{std::move(slot.function), &channels, slot.channel, id};
+}
+
 /// Connects `function` to `channel` at the back of group `group`.
 boost::signals2::connection connect_slot(Channel& channel, int group,
                                          const Signal::slot_function_type& function) {
@@ -132,7 +174,7 @@ void Channels::disconnect(SubscriberId id) {
     auto& channel = *channels[slot.channel];
     channel.members.erase(std::find(channel.members.begin(), channel.members.end(), id));
     channel.dirty = channel.constrained;
-    --live[slot.channel];
+    if (!subscriber.disabled) --live[slot.channel];
   }
   if (subscriber.callback != nullptr) {
     callbacks.erase(std::find_if(callbacks.begin(), callbacks.end(), [&](const auto& callback) {
@@ -142,11 +184,49 @@ void Channels::disconnect(SubscriberId id) {
   }
 }
 
+void Channels::record_failure(SubscriberId id, std::size_t channel) {
+  auto& subscriber = *subscribers[id];
+  const auto label = short_label(id);
+  const auto event = channel_name(channel);
+  const auto error = current_error_text();
+  auto found = std::find_if(failures.begin(), failures.end(),
+                            [&](const SubscriberFailure& f) { return f.subscriber == label; });
+  if (found == failures.end()) {
+    failures.push_back(SubscriberFailure{label, std::string(event), error, 0, false});
+    found = failures.end() - 1;
+  }
+  ++found->failures;
+  const auto retries = static_cast<std::uint32_t>(subscriber.placement.error_policy().retries());
+  if (++subscriber.failures_in_a_row <= retries) {
+    logger()->warn("{} threw during {} (failure {} in a row; disabled at {}): {}", label, event,
+                   subscriber.failures_in_a_row, retries + 1, error);
+    return;
+  }
+  logger()->error(
+      "{} threw during {} and is disabled for the rest of the run (its error "
+      "policy; the run goes on): {}",
+      label, event, error);
+  found->disabled = true;
+  disable(id);
+}
+
+void Channels::disable(SubscriberId id) {
+  auto& subscriber = *subscribers[id];
+  if (subscriber.disabled) return;
+  subscriber.disabled = true;
+  // Signals2 keeps a slot that is running alive until it returns: this may run inside it.
+  for (auto& slot : subscriber.slots) {
+    slot.connection.disconnect();
+    --live[slot.channel];
+  }
+}
+
 void Channels::reorder(std::size_t index) {
   auto& channel = *channels[index];
   const auto order = resolve_order(*this, index);
   int position = 0;
   for (const auto id : order) {
+    if (subscribers[id]->disabled) continue;
     auto& slots = subscribers[id]->slots;
     auto& slot = *std::find_if(slots.begin(), slots.end(),
                                [&](const ChannelSlot& s) { return s.channel == index; });
@@ -201,6 +281,7 @@ Connection EventBus::subscribe(const std::vector<std::size_t>& channel_indices, 
       entry.function =
           detail::FilteredSlot{entry.filter.get(), slot, event, &channels, index, id, skipped};
     }
+    detail::apply_error_policy(entry, subscriber->placement, channels, id);
     subscriber->slots.push_back(std::move(entry));
   }
   channels.subscribers.push_back(std::move(subscriber));
@@ -284,6 +365,7 @@ CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, Ev
       if (!target->runs_on(s.rank) || detail::in_phase(s, skipped)) return;               \
       detail::observed(*state, index_of(Event::Name), id, [&] { target->on_##name(s); }); \
     };                                                                                    \
+    detail::apply_error_policy(entry, subscriber->placement, *state, id);                 \
     subscriber->slots.push_back(std::move(entry));                                        \
   }
   TORCHBUS_FOR_EACH_EVENT(TORCHBUS_HOOK_SLOT)
@@ -513,6 +595,10 @@ void EventBus::restore_filter_counts(const FilterCounts& counts) {
                                     [&](const auto& entry) { return entry.first == key; });
     if (found != counts.end()) filter.set_own_count(found->second);
   });
+}
+
+const std::vector<SubscriberFailure>& EventBus::subscriber_failures() const noexcept {
+  return channels_->failures;
 }
 
 void EventBus::set_observer(DispatchObserver* observer) {

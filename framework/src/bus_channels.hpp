@@ -87,6 +87,8 @@ struct Subscriber {
   Placement placement;                 // priority, role, after / before (its name is in `name`)
   std::vector<ChannelSlot> slots;
   bool connected = true;
+  bool disabled = false;  // disconnected by its error policy; still added (name, state, filters)
+  std::uint32_t failures_in_a_row = 0;  // under a Disable policy; reset by a call that returns
 
   /// Whether its order needs resolve_order: it has a role or an after / before constraint.
   bool constrained() const noexcept {
@@ -115,6 +117,7 @@ struct Channels {
   std::vector<std::unique_ptr<Subscriber>> subscribers;  // by SubscriberId
   std::vector<std::shared_ptr<Callback>> callbacks;      // the registry, in order of addition
   std::vector<Subscription> pending_registered;  // registered, waiting for their custom event
+  std::vector<SubscriberFailure> failures;       // by first failure (EventBus::subscriber_failures)
 
   /// Name of a channel ("StepEnd", or the custom event's name).
   std::string_view channel_name(std::size_t channel) const;
@@ -124,6 +127,12 @@ struct Channels {
   const Subscriber* find_named(std::string_view name) const noexcept;
   /// Disconnects subscriber `id` from every channel and removes a callback from the registry.
   void disconnect(SubscriberId id);
+  /// Records that subscriber `id` threw the exception being handled during `channel` under a
+  /// Disable policy; logs it, and disables the subscriber when it has no retry left.
+  void record_failure(SubscriberId id, std::size_t channel);
+  /// Disconnects subscriber `id`'s slots for good, keeping it added: its name stays taken, a
+  /// callback stays in the registry (its state in checkpoints) and its filters keep their keys.
+  void disable(SubscriberId id);
   /// Reconnects the slots of `channel` in their resolved order (not while it is emitted).
   void reorder(std::size_t channel);
 };

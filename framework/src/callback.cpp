@@ -53,6 +53,11 @@ Callback& Callback::run_during(Phase phase) noexcept {
   return *this;
 }
 
+Callback& Callback::set_error_policy(ErrorPolicy policy) noexcept {
+  placement_.with_error_policy(policy);
+  return *this;
+}
+
 Callback& Callback::run_on_rank(int rank) {
   TORCHBUS_CHECK(rank >= 0, ConfigError, "run_on_rank needs a rank >= 0, got ", rank);
   rank_ = rank;

@@ -2,9 +2,11 @@
 // FitLoop, EvaluationLoop, OptimizationStep, DistributedSync, EventFlow; checkpoint_io.cpp composes
 // their states); see docs/architecture.md.
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
 #include <torchbus/tensor_names.hpp>
 #include <torchbus/trainer.hpp>
 
@@ -18,11 +20,33 @@
 #include "optimization_step.hpp"
 #include "step_output_access.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace torchbus {
 
 namespace fs = std::filesystem;
+
+namespace {
+/// How many of `failures` were disabled.
+std::size_t count_disabled(const std::vector<SubscriberFailure>& failures) {
+  return static_cast<std::size_t>(std::count_if(
+      failures.begin(), failures.end(), [](const SubscriberFailure& f) { return f.disabled; }));
+}
+
+/// Logs, at the end of an action that went on past them, the subscribers disabled so far.
+void log_disabled(const std::vector<SubscriberFailure>& failures, std::string_view action) {
+  std::string list;
+  for (const auto& failure : failures) {
+    if (!failure.disabled) continue;
+    list += detail::concat(list.empty() ? "" : "; ", failure.subscriber, " (", failure.failures,
+                           failure.failures == 1 ? " failure" : " failures", ", first during ",
+                           failure.event, ": ", failure.first_error, ")");
+  }
+  logger()->warn("{} completed without {} disabled subscriber(s) after they threw: {}", action,
+                 count_disabled(failures), list);
+}
+}  // namespace
 
 struct Trainer::Parts final : StepHooks {
   explicit Parts(Trainer& owner)
@@ -151,49 +175,56 @@ void Trainer::prepare_run() {
   state_.fast_dev_run = run_options_.fast_dev_run() > 0;
 }
 
-void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
+void Trainer::run_as(Action action, const std::function<void()>& body) {
   ensure_idle();
-  struct Context {
+  struct Idle {
     Trainer& trainer;
-    ~Context() { trainer.set_action(Action::None); }
-  } context{*this};
-  set_action(Action::Fit);
-  TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
-                 "fast_dev_run checks the loop from a fresh start and does not resume (from ",
-                 resume_path_ ? resume_path_->string() : std::string(),
-                 "); drop one of them (a ModelCheckpoint with resume(true) asks for a resume)");
-  prepare_run();
-  auto& parts = *parts_;
-  parts.step.reset();
-  parts.fit.prepare(train, validation);
-  if (run_options_.seed()) torch::manual_seed(*run_options_.seed());
-  module_->train();
-  parts.step.prepare();
-  const bool fresh = !resume_path_;
-  if (resume_path_) {
-    const auto path = *resume_path_;
-    resume_path_.reset();
-    resume_from_checkpoint(parts.checkpoint(), path);
+    ~Idle() { trainer.set_action(Action::None); }
+  } idle{*this};
+  set_action(action);
+  const auto& failures = bus().subscriber_failures();
+  const auto disabled_before = count_disabled(failures);
+  body();
+  if (count_disabled(failures) > disabled_before) {
+    log_disabled(failures, action == Action::Fit ? "fit()" : "evaluate()");
   }
-  parts.events.run_action([&] { parts.fit.run(train, validation, fresh); }, process_group());
+}
+
+void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
+  run_as(Action::Fit, [&] {
+    TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
+                   "fast_dev_run checks the loop from a fresh start and does not resume (from ",
+                   resume_path_ ? resume_path_->string() : std::string(),
+                   "); drop one of them (a ModelCheckpoint with resume(true) asks for a resume)");
+    prepare_run();
+    auto& parts = *parts_;
+    parts.step.reset();
+    parts.fit.prepare(train, validation);
+    if (run_options_.seed()) torch::manual_seed(*run_options_.seed());
+    module_->train();
+    parts.step.prepare();
+    const bool fresh = !resume_path_;
+    if (resume_path_) {
+      const auto path = *resume_path_;
+      resume_path_.reset();
+      resume_from_checkpoint(parts.checkpoint(), path);
+    }
+    parts.events.run_action([&] { parts.fit.run(train, validation, fresh); }, process_group());
+  });
 }
 
 double Trainer::evaluate_source(BatchSource& data) {
-  ensure_idle();
-  struct Context {
-    Trainer& trainer;
-    ~Context() { trainer.set_action(Action::None); }
-  } context{*this};
-  set_action(Action::Evaluate);
-  state_.clear_stop();
-  detail::StepOutputAccess::clear_all(state_);
-  prepare_run();
-  const auto limit =
-      run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
-  parts_->step.reset();
   at::Tensor mean_loss;
-  parts_->events.run_action([&] { mean_loss = parts_->evaluation.run(data, limit); },
-                            process_group());
+  run_as(Action::Evaluate, [&] {
+    state_.clear_stop();
+    detail::StepOutputAccess::clear_all(state_);
+    prepare_run();
+    const auto limit =
+        run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
+    parts_->step.reset();
+    parts_->events.run_action([&] { mean_loss = parts_->evaluation.run(data, limit); },
+                              process_group());
+  });
   return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
 }
 

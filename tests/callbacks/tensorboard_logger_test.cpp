@@ -13,10 +13,12 @@
 #include <support/recorder.hpp>
 #include <support/scratch.hpp>
 #include <support/tfrecord_reader.hpp>
+#include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 
 #include <event_file_writer.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -568,6 +570,45 @@ BOOST_AUTO_TEST_CASE(an_unwritable_log_dir_fails_at_action_start_naming_it) {
     BOOST_TEST(joined(recorder->events) == "ActionStart Exception ActionEnd");
     BOOST_TEST(trainer.state().step == 0);
   }
+}
+
+// A logger's error policy (Role::Logger: disable): a log directory that stops being writable during
+// the run disables the logger, and the run completes with its checkpoints.
+BOOST_AUTO_TEST_CASE(a_log_dir_unwritable_mid_run_disables_the_logger_and_the_run_completes) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(2));
+  run.trainer.add(
+      std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1).group_train_val(true)));
+  run.trainer.add(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions(dir.path / "checkpoints").save_last(false)));
+  // After the first step the val sub-run's directory becomes a file: the first validation cannot
+  // create its event file there.
+  const auto val_run = dir.path / "run" / "val";
+  run.trainer.on(Event::StepEnd, once(1), [&](State&) {
+    fs::remove_all(val_run);
+    std::ofstream(val_run) << "a file where the val sub-run's directory was\n";
+  });
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  CapturedLog log;
+  BOOST_CHECK_NO_THROW(run.trainer.fit(train, validation));
+  BOOST_TEST(run.trainer.state().step == 8);
+  const auto& failures = run.trainer.bus().subscriber_failures();
+  BOOST_TEST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(failures[0].subscriber == "tensorboard_logger");
+  BOOST_TEST(failures[0].disabled);
+  BOOST_TEST(has(failures[0].first_error, val_run.string()));
+  BOOST_TEST(log.messages("error", "tensorboard_logger threw during").size() == 1u);
+  std::vector<std::string> checkpoints;
+  for (const auto& entry : fs::directory_iterator(dir.path / "checkpoints")) {
+    checkpoints.push_back(entry.path().filename().string());
+  }
+  std::sort(checkpoints.begin(), checkpoints.end());
+  const std::vector<std::string> expected{"epoch-000-step-000004.tbckpt",
+                                          "epoch-001-step-000008.tbckpt"};
+  BOOST_TEST(checkpoints == expected, boost::test_tools::per_element());
+  // What the logger wrote before it failed is in its file, complete.
+  BOOST_TEST(!scalars_of(only_file_events(dir.path / "run"), "train/loss").empty());
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {

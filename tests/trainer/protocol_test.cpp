@@ -567,6 +567,37 @@ BOOST_AUTO_TEST_CASE(subscribers_throwing_during_exception_or_pending_ends_are_l
   BOOST_TEST(!run.trainer.state().stop_requested());
 }
 
+BOOST_AUTO_TEST_CASE(a_logger_that_throws_is_disabled_and_the_fit_completes) {
+  RecordedRun run(TrainerOptions().max_epochs(2));
+  int tracker_calls = 0;
+  run.trainer.on(
+      Event::StepEnd | Event::EpochEnd,
+      [&](State& s) {
+        ++tracker_calls;
+        if (s.step == 2) throw std::runtime_error("tracker unreachable");
+      },
+      with_role(Role::Logger).named("tracker"));
+  auto batches = make_batches(3, 4);
+  CapturedLog log;
+  run.trainer.fit(batches);
+  // Both epochs ran to their end, without an Exception; the tracker was called until it threw.
+  BOOST_TEST(run.events() ==
+             join({"ActionStart", "EpochStart", step(1), step(1), step(1), "EpochEnd", "EpochStart",
+                   step(1), step(1), step(1), "EpochEnd", "ActionEnd"}));
+  BOOST_TEST(run.trainer.state().step == 6);
+  BOOST_TEST(tracker_calls == 2);
+  const auto& failures = run.trainer.bus().subscriber_failures();
+  BOOST_TEST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(failures[0].subscriber == "tracker");
+  BOOST_TEST(failures[0].disabled);
+  BOOST_TEST(log.messages("error", "tracker threw during StepEnd and is disabled").size() == 1u);
+  const std::vector<std::string> summary{
+      "fit() completed without 1 disabled subscriber(s) after they threw: tracker (1 failure, "
+      "first during StepEnd: tracker unreachable)"};
+  BOOST_TEST(log.messages("warning", "fit() completed") == summary,
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(exception_from_eval_batch_start_during_fit_ends_evaluation_epoch_and_action) {
   check_failed_validation_in_fit(EvalFailure::EvalBatchStart);
 }

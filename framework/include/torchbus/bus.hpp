@@ -186,6 +186,10 @@ class EventBus {
   /// keys are ignored).
   void restore_filter_counts(const FilterCounts& counts);
 
+  /// The subscribers that threw under a Disable error policy, in the order of their first failure:
+  /// those disconnected and those that recovered within their retries.
+  const std::vector<SubscriberFailure>& subscriber_failures() const noexcept;
+
   /// Installs `observer` (not owned; nullptr removes it), which then gets the time of every
   /// subscriber call. One per bus: throws ConfigError when another one is installed.
   void set_observer(DispatchObserver* observer);

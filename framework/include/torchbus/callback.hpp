@@ -68,9 +68,15 @@ class Callback {
   Callback& skip_during(Phase phase) noexcept;
   /// Runs the hooks during `phase`, whatever the role's default; takes effect when it is added.
   Callback& run_during(Phase phase) noexcept;
+  /// Handles the hooks' exceptions by `policy`, whatever the role's default; takes effect when the
+  /// callback is added.
+  Callback& set_error_policy(ErrorPolicy policy) noexcept;
+  /// What happens when a hook throws (as declared, else as the role's default).
+  ErrorPolicy error_policy() const noexcept { return placement_.error_policy(); }
   /// Whether the hooks run during `phase` (as declared, else as the role's default).
   bool runs_during(Phase phase) const noexcept { return placement_.runs_during(phase); }
-  /// The priority, role, after/before constraints and phases (the placement's name is unused).
+  /// The priority, role, after/before constraints, phases and error policy (the placement's name
+  /// is unused).
   const Placement& placement() const noexcept { return placement_; }
   /// Runs this callback only on the process of global rank `rank`.
   Callback& run_on_rank(int rank);

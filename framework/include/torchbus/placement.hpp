@@ -3,12 +3,14 @@
 /// \file
 /// Placement: where a subscription runs among the subscribers of its event: after or before named
 /// subscribers or roles, then by priority, then by role, then in registration order; and the
-/// phases it sits out. E.g.
+/// phases it sits out and what happens when it throws. E.g.
 /// `bus.on(Event::StepEnd, fn, torchbus::after("early_stopping").named("my_logger"))`.
 
+#include <torchbus/error_policy.hpp>
 #include <torchbus/phase.hpp>
 #include <torchbus/role.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,7 +20,8 @@ namespace torchbus {
 
 /// Ordering of a subscription: an optional name and role others can refer to, the names and roles
 /// it must run after or before, and a priority (lower first) that breaks the remaining ties. Also
-/// the phases it sits out: those its role skips by default, unless declared otherwise.
+/// the phases it sits out (those its role skips by default, unless declared otherwise) and its
+/// error policy (its role's default unless declared).
 class Placement {
  public:
   /// Priority 0, no name, no constraint.
@@ -73,6 +76,11 @@ class Placement {
     skipped_ &= static_cast<PhaseMask>(~mask_of(phase));
     return *this;
   }
+  /// Handles the subscription's exceptions by `policy`, whatever its role's default.
+  Placement& with_error_policy(ErrorPolicy policy) noexcept {
+    error_policy_ = policy;
+    return *this;
+  }
 
   /// The priority.
   int priority() const noexcept { return priority_; }
@@ -94,6 +102,10 @@ class Placement {
   }
   /// Whether this subscription runs during `phase`.
   bool runs_during(Phase phase) const noexcept { return (skipped_phases() & mask_of(phase)) == 0; }
+  /// What happens when the subscription throws: as declared, else as its role's default.
+  ErrorPolicy error_policy() const noexcept {
+    return error_policy_ ? *error_policy_ : default_error_policy(role_);
+  }
 
  private:
   int priority_ = 0;
@@ -103,8 +115,9 @@ class Placement {
   Role role_ = Role::Unassigned;
   std::vector<Role> after_roles_;
   std::vector<Role> before_roles_;
-  PhaseMask skipped_ = 0;  // declared with skip_during
-  PhaseMask kept_ = 0;     // declared with run_during
+  PhaseMask skipped_ = 0;                    // declared with skip_during
+  PhaseMask kept_ = 0;                       // declared with run_during
+  std::optional<ErrorPolicy> error_policy_;  // declared with with_error_policy
 };
 
 /// A placement after the subscriber called `name` (a callback's or a named subscription's name).
@@ -134,6 +147,10 @@ inline Placement skip_during(Phase phase) {
 /// A placement that only has the subscription run during `phase` (whatever its role's default).
 inline Placement run_during(Phase phase) {
   return Placement().run_during(phase);
+}
+/// A placement that only sets the subscription's error policy.
+inline Placement with_error_policy(ErrorPolicy policy) {
+  return Placement().with_error_policy(policy);
 }
 /// A placement that only names the subscription.
 inline Placement named(std::string name) {

@@ -185,6 +185,8 @@ class Trainer {
   void prepare_run();  // the current action's options, device, model and state's references
   void prepare_to_add(Callback* callback);  // checks it and calls its on_added
   void set_action(Action action) noexcept;  // and the state's trainer context
+  // Runs `body` as `action` once the trainer is idle; the trainer is idle again when it returns.
+  void run_as(Action action, const std::function<void()>& body);
   void ensure_idle() const;
 
   std::shared_ptr<torch::nn::Module> module_;
