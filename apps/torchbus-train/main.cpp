@@ -972,6 +972,15 @@ int run(Flags flags) {
         {"exit_code", exit_code},
         {"params_sha256", train::parameters_sha256(*model)}};
     if (lr_found) summary["lr_found"] = flags.lr;
+    auto failures = train::JsonObject::array();
+    for (const auto& failure : trainer.bus().subscriber_failures()) {
+      failures.push_back({{"subscriber", failure.subscriber},
+                          {"event", failure.event},
+                          {"first_error", failure.first_error},
+                          {"failures", failure.failures},
+                          {"disabled", failure.disabled}});
+    }
+    summary["subscriber_failures"] = std::move(failures);
     // Non-finite numbers (a diverged loss, a metric never computed) are written as null, bytes
     // that are not UTF-8 (in a data path) as U+FFFD.
     const auto text = summary.dump(2, ' ', false, train::JsonObject::error_handler_t::replace);
@@ -1008,8 +1017,15 @@ int run(Flags flags) {
     throw;
   }
   if (writes_outputs) write_summary(stop_reason, exit_code, seconds);
-  log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}, {}{}", seconds, state.step,
+  const auto& failures = trainer.bus().subscriber_failures();
+  const auto disabled = std::count_if(failures.begin(), failures.end(),
+                                      [](const auto& failure) { return failure.disabled; });
+  log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}, {}{}{}", seconds, state.step,
             latest_or_nan(state.metrics, "val_accuracy"), stop_reason,
+            disabled == 0 ? std::string()
+                          : fmt::format("; {} subscriber(s) disabled after they threw (listed "
+                                        "above and in summary.json)",
+                                        disabled),
             writes_outputs ? "; summary in " + (out / "summary.json").string() : std::string());
   return exit_code;
 }

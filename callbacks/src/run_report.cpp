@@ -326,6 +326,7 @@ RunReport& RunReport::add_chart(ReportChart chart) {
 }
 
 void RunReport::on_added(Trainer& trainer) {
+  bus_ = &trainer.bus();
   const auto& options = trainer.options();
   trainer_rows_ = {
       {"max_epochs", with_meaning(options.max_epochs(), -1, "no limit")},
@@ -631,6 +632,21 @@ std::string RunReport::html(const State& state) const {
     html += "</nav>\n";
   }
   html += "</header>\n";
+
+  // Subscribers that threw under a Disable error policy.
+  if (bus_ != nullptr && !bus_->subscriber_failures().empty()) {
+    html +=
+        "<section id=\"failures\">\n<h2>Subscriber failures</h2>\n<p class=\"warn\">These "
+        "subscribers threw; their error policy kept the run going without them.</p>\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& failure : bus_->subscriber_failures()) {
+      rows.push_back({failure.subscriber, failure.event, std::to_string(failure.failures),
+                      failure.disabled ? "disabled" : "recovered", failure.first_error});
+    }
+    write_table(html, "failures",
+                {"subscriber", "first failure during", "failures", "status", "first error"}, rows);
+    html += "</section>\n";
+  }
 
   // Charts.
   html += "<section id=\"metrics\">\n<h2>Metrics</h2>\n";

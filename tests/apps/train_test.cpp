@@ -125,6 +125,7 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(json_number(summary, "epochs") == 3);
   BOOST_TEST(json_number(summary, "final_val_accuracy") > 0.5);  // chance is 0.1
   BOOST_TEST(json_string(summary, "params_sha256").size() == 64u);
+  BOOST_TEST(has(summary, "\"subscriber_failures\": []"));  // no logger was disabled
   const auto log = read_text(out / "train.log");
   BOOST_TEST(has(log, "epoch 3 ended"));
   // TensorBoard: one event file whose records all pass their CRC checks (read_events throws

@@ -303,6 +303,28 @@ BOOST_AUTO_TEST_CASE(reports_a_stop_with_its_reason) {
   BOOST_TEST(report.summary("steps") == "3");
 }
 
+BOOST_AUTO_TEST_CASE(lists_the_subscribers_an_error_policy_disabled) {
+  ReportRun r;
+  r.run.trainer.on(
+      Event::StepEnd,
+      [](State& state) {
+        if (state.step == 2) throw std::runtime_error("tracker <unreachable>");
+      },
+      with_role(Role::Logger).named("tracker"));
+  r.fit();
+  const auto report = Report::read(r.path);
+  BOOST_TEST(report.status() == "finished");
+  const std::vector<std::vector<std::string>> expected{
+      {"tracker", "StepEnd", "1", "disabled", "tracker <unreachable>"}};
+  BOOST_TEST(report.rows("failures") == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(has_no_failures_section_when_nothing_failed) {
+  ReportRun r;
+  r.fit();
+  BOOST_TEST(Report::read(r.path).root.find_all("table", "failures").empty());
+}
+
 BOOST_AUTO_TEST_CASE(escapes_metric_names) {
   ReportRun r;
   r.run.trainer.on(Event::StepEnd, [](State& state) {

@@ -18,6 +18,8 @@
 
 namespace torchbus {
 
+class EventBus;
+
 /// A titled table of strings shown as its own section of a report, e.g. a profiler's timings.
 struct ReportTable {
   std::string title;                           ///< section heading; unique within a report
@@ -145,6 +147,7 @@ class RunReport : public Callback {
   std::vector<ReportTable> collect_tables(std::vector<std::string>& problems) const;
 
   RunReportOptions options_;
+  const EventBus* bus_ = nullptr;  // the trainer's, from on_added: its subscriber failures
   std::vector<Row> trainer_rows_;  // from the trainer's options, at on_added
   std::vector<Row> app_rows_;      // added with add_option
   std::vector<ReportTable> tables_;
