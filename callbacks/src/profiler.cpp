@@ -45,6 +45,10 @@ constexpr std::array<PhaseName, 6> kPhaseNames{{
 void ProfilerOptions::validate() const {
   TORCHBUS_CHECK(top_n() >= 0, ConfigError,
                  "Profiler: top_n must be >= 0 (0: log every subscriber row), got ", top_n());
+  TORCHBUS_CHECK(warn_share() >= 0 && warn_share() <= 1, ConfigError,
+                 "Profiler: warn_share must be in [0, 1] (0: never warn), got ", warn_share());
+  TORCHBUS_CHECK(warn_every_steps() >= 1, ConfigError,
+                 "Profiler: warn_every_steps must be >= 1, got ", warn_every_steps());
 }
 
 Profiler::Profiler(ProfilerOptions options)
@@ -92,6 +96,17 @@ void Profiler::on_added(Trainer& trainer) {
     discard(kOptimizer);
   });
   first(Event::EvalEnd, [this] { close(kEvaluation); });
+  if (options_.warn_share() > 0) {
+    bus.on(
+        Event::StepEnd,
+        [this](State& state) {
+          if (active_ && state.step % options_.warn_every_steps() == 0) {
+            warn_about_slow_subscribers();
+          }
+        },
+        kLast);
+    last(Event::EpochEnd, [this] { warn_about_slow_subscribers(); });
+  }
   first(Event::ActionEnd, [this] { end_action(); });
   last(Event::EpochStart, [this] { open(kData); });
   last(Event::StepEnd, [this] { open(kData); });
@@ -191,6 +206,29 @@ void Profiler::end_action() {
                      seconds(entry.tally.nanoseconds)});
   }
   rows_.push_back({"other", "other", "loop bookkeeping", 0, seconds(total - accounted)});
+}
+
+void Profiler::warn_about_slow_subscribers() {
+  const auto elapsed = now_ns() - action_start_;
+  if (elapsed <= 0) return;
+  warned_.resize(tallies_.size(), false);
+  for (SubscriberId id = 0; id < tallies_.size(); ++id) {
+    if (warned_[id]) continue;
+    std::int64_t own = 0;
+    std::string events;
+    for (const auto& tally : tallies_[id]) {
+      own += tally.nanoseconds;
+      events += fmt::format("{}{}", events.empty() ? "" : ", ", bus_->channel_name(tally.channel));
+    }
+    const auto share = static_cast<double>(own) / static_cast<double>(elapsed);
+    if (share <= options_.warn_share()) continue;
+    warned_[id] = true;
+    logger()->warn(
+        "Profiler: {} takes {:.0f}% of the run's time so far ({:.3f} s of {:.3f} s, at {}); "
+        "more than warn_share {:.0f}%",
+        bus_->subscriber_label(id), 100 * share, seconds(own), seconds(elapsed), events,
+        100 * options_.warn_share());
+  }
 }
 
 void Profiler::on_action_end(State& /*state*/) {

@@ -81,6 +81,38 @@ BOOST_AUTO_TEST_CASE(a_sleeping_subscriber_is_measured_per_call) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_subscriber_over_warn_share_is_named_once_during_the_run) {
+  for (const double share : {0.2, 0.0}) {
+    Run run(TrainerOptions().max_epochs(2));
+    run.trainer.add(std::make_shared<Profiler>(
+        ProfilerOptions().log_table(false).warn_share(share).warn_every_steps(2)));
+    // The tiny model's steps take well under a millisecond: the plot is nearly all of the time.
+    run.trainer.on(
+        Event::StepEnd, [](State&) { sleep_ms(5); }, named("slow_plot"));
+    int steps_when_warned = -1;
+    CapturedLog log;
+    run.trainer.on(Event::StepEnd, [&](State& state) {
+      if (steps_when_warned < 0 && !log.messages("warning", "Profiler: slow_plot").empty()) {
+        steps_when_warned = static_cast<int>(state.step);
+      }
+    });
+    auto data = make_batches(4, 4);
+    run.trainer.fit(data);
+    const auto warnings = log.messages("warning", "Profiler: ");
+    if (share == 0.0) {
+      BOOST_TEST(warnings.empty());
+      continue;
+    }
+    BOOST_TEST_REQUIRE(warnings.size() == 1u);
+    BOOST_TEST(has(warnings[0], "Profiler: slow_plot takes "));
+    BOOST_TEST(has(warnings[0], "at StepEnd"));
+    BOOST_TEST(has(warnings[0], "more than warn_share 20%"));
+    BOOST_TEST(steps_when_warned == 3);  // checked at step 2, seen by the next step's StepEnd
+  }
+  BOOST_CHECK_THROW(Profiler(ProfilerOptions().warn_share(1.5)), ConfigError);
+  BOOST_CHECK_THROW(Profiler(ProfilerOptions().warn_every_steps(0)), ConfigError);
+}
+
 BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluations) {
   Run run(TrainerOptions().accumulate_grad_batches(2).max_epochs(2).val_every_n_steps(2));
   auto profiler = std::make_shared<Profiler>(ProfilerOptions().log_table(false));

@@ -26,6 +26,11 @@ struct ProfilerOptions {
   /// Subscriber rows in the logged table, the slowest first; the others are summed in one line
   /// (0: every row). `Profiler::rows()` always has every row.
   TORCH_ARG(std::int64_t, top_n) = 10;
+  /// Warn once per subscriber, during the run, when its own time exceeds this share of the
+  /// action's time so far (checked every `warn_every_steps` steps and at every EpochEnd; 0: never).
+  TORCH_ARG(double, warn_share) = 0.2;
+  /// Steps between two checks of `warn_share`.
+  TORCH_ARG(std::int64_t, warn_every_steps) = 50;
 
  public:
   /// Throws ConfigError naming the first option that is out of range.
@@ -111,6 +116,7 @@ class Profiler : public Callback, public DispatchObserver {
   void discard(Phase phase) { phases_[phase].open = false; }
   bool own(SubscriberId id) const noexcept { return id >= own_first_ && id < own_end_; }
   void log_rows() const;
+  void warn_about_slow_subscribers();
 
   ProfilerOptions options_;
   EventBus* bus_ = nullptr;     // of the trainer it was added to
@@ -122,6 +128,7 @@ class Profiler : public Callback, public DispatchObserver {
   std::vector<std::int64_t> nested_ns_;  // by depth: time of calls whose caller is not reported yet
   std::array<PhaseClock, kPhaseCount> phases_{};
   std::vector<std::vector<Tally>> tallies_;  // by subscriber id, then by event
+  std::vector<bool> warned_;                 // by subscriber id: warned about by warn_share
   std::vector<ProfileRow> rows_;
 };
 
