@@ -67,6 +67,7 @@ void ModelCheckpoint::on_action_start(State& /*state*/) {
 }
 
 void ModelCheckpoint::on_step_end(State& state) {
+  if (writer_) writer_->rethrow_if_failed();  // a failed background write ends the run here
   const auto every = options_.every_n_steps();
   // While an exception escapes, StepEnd and EpochEnd only close what was open: mid-step, no save.
   if (state.error || every <= 0 || state.update_skipped || state.step % every != 0) return;
@@ -153,28 +154,41 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
                 kCheckpointExtension);
   const auto path = options_.directory() / name;
   // Kept before the checkpoint is serialized, so that its own state lists it: a run resumed from
-  // it goes on pruning it (the entries pruned below are dropped by load_state, their files gone).
+  // it goes on pruning it.
   kept_.erase(
       std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
       kept_.end());
   kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
+  // Serialized before pruning: the checkpoint's own state lists what is pruned now (dropped by
+  // load_state, as the files are gone by then).
+  std::string bytes;
   if (writer_) {
-    writer_->write(path, state.trainer().checkpoint_bytes(path));
+    bytes = state.trainer().checkpoint_bytes(path);
   } else {
     state.trainer().save_checkpoint(path);
+  }
+  // Once the file is durable (never before: the link must not point at a file being written, and
+  // older checkpoints go only when a newer one can replace them): move the link, remove the pruned.
+  auto after_durable = [last = options_.save_last() ? last_link() : fs::path(), path,
+                        pruned = prune()] {
+    if (!last.empty()) replace_with_symlink(last, path.filename());
+    for (const auto& file : pruned) {
+      std::error_code error;
+      fs::remove(file, error);
+    }
+  };
+  if (writer_) {
+    writer_->write(path, std::move(bytes), std::move(after_durable));
+  } else {
+    after_durable();
   }
   last_saved_step_ = state.step;
   last_saved_epoch_ = state.epoch;
   last_saved_evaluations_ = evaluations_;
   last_saved_at_epoch_end_ = at_epoch_end;
-  if (options_.save_last()) {
-    flush();  // the link must never point at a file still being written
-    link_last(path);
-  }
-  prune();
 }
 
-void ModelCheckpoint::prune() {
+std::vector<fs::path> ModelCheckpoint::prune() {
   // Ranked by score (lower is better), then the unranked ones newest first.
   std::stable_sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) {
     const bool a_ranked = !std::isnan(a.score), b_ranked = !std::isnan(b.score);
@@ -182,27 +196,26 @@ void ModelCheckpoint::prune() {
     return a_ranked ? a.score < b.score : a.step > b.step;
   });
   const auto keep = options_.save_top_k();
-  if (keep < 0 || static_cast<std::int64_t>(kept_.size()) <= keep) return;
-  flush();
+  if (keep < 0 || static_cast<std::int64_t>(kept_.size()) <= keep) return {};
   std::int64_t newest_step = -1;
   for (const auto& k : kept_) newest_step = std::max(newest_step, k.step);
   std::vector<Kept> remaining;
+  std::vector<fs::path> pruned;
   for (std::size_t i = 0; i < kept_.size(); ++i) {
     const bool among_best = static_cast<std::int64_t>(i) < keep;
     const bool is_last = options_.save_last() && kept_[i].step == newest_step;
     if (among_best || is_last) {
       remaining.push_back(kept_[i]);
     } else {
-      std::error_code error;
-      fs::remove(kept_[i].path, error);
+      pruned.push_back(kept_[i].path);
     }
   }
   kept_ = std::move(remaining);
+  return pruned;
 }
 
-void ModelCheckpoint::link_last(const fs::path& newest) const {
-  replace_with_symlink(options_.directory() / (std::string("last") + kCheckpointExtension),
-                       newest.filename());
+fs::path ModelCheckpoint::last_link() const {
+  return options_.directory() / (std::string("last") + kCheckpointExtension);
 }
 
 std::vector<fs::path> ModelCheckpoint::kept() const {

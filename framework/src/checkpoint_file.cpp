@@ -8,6 +8,7 @@
 #include "crc32c.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -202,15 +203,30 @@ CheckpointWriter::~CheckpointWriter() {
   }
 }
 
-void CheckpointWriter::write(fs::path path, std::string bytes) {
+void CheckpointWriter::write(fs::path path, std::string bytes,
+                             std::function<void()> after_durable) {
   flush();
-  in_flight_ = std::async(std::launch::async, [path = std::move(path), bytes = std::move(bytes)] {
-    write_checkpoint_file(path, bytes);
+  in_flight_ = std::async(std::launch::async, [path = std::move(path), bytes = std::move(bytes),
+                                               after = std::move(after_durable)] {
+    try {
+      write_checkpoint_file(path, bytes);
+      if (after) after();
+    } catch (const std::exception& error) {
+      throw CheckpointError(detail::concat("the background write of checkpoint ", path.string(),
+                                           " failed: ", error.what()));
+    }
   });
 }
 
 void CheckpointWriter::flush() {
   if (in_flight_.valid()) in_flight_.get();
+}
+
+void CheckpointWriter::rethrow_if_failed() {
+  if (in_flight_.valid() &&
+      in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    in_flight_.get();
+  }
 }
 
 }  // namespace torchbus

@@ -1,5 +1,6 @@
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
+#include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
@@ -108,6 +109,50 @@ BOOST_AUTO_TEST_CASE(saves_at_the_expected_steps_and_links_last) {
   CheckpointHeader header;
   read_checkpoint_payload(folder / "last.tbckpt", &header);
   BOOST_TEST(header.step == 6);
+}
+
+// Background writes: the link and the pruning follow each write on the writer's thread, so the
+// training thread never waits for the disk before the next checkpoint; the files are as with
+// synchronous writes once fit() returns.
+BOOST_AUTO_TEST_CASE(background_writes_keep_the_same_files_and_link_as_synchronous_ones) {
+  std::vector<std::set<std::string>> files;
+  for (const bool background : {false, true}) {
+    const auto folder =
+        scratch_path("model_checkpoint", background ? "pruned_background" : "pruned_sync");
+    CheckpointRun run;
+    run.trainer.add(std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions(folder).every_n_steps(1).every_n_epochs(0).save_top_k(2).background(
+            background)));
+    run.fit();
+    files.push_back(entry_names(folder));
+    BOOST_TEST(fs::read_symlink(folder / "last.tbckpt") == "epoch-001-step-000008.tbckpt");
+  }
+  BOOST_TEST(files[0] == (std::set<std::string>{"epoch-001-step-000007.tbckpt",
+                                                "epoch-001-step-000008.tbckpt", "last.tbckpt"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(files[1] == files[0], boost::test_tools::per_element());
+}
+
+// A background write that fails surfaces on the training thread at a later boundary, naming the
+// file, and fails the run (ModelCheckpoint's error policy: propagate).
+BOOST_AUTO_TEST_CASE(a_failed_background_write_fails_the_run_naming_the_file) {
+  const auto folder = scratch_path("model_checkpoint", "background_failure");
+  CheckpointRun run;
+  run.trainer.add(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions(folder).every_n_steps(1).every_n_epochs(0)));
+  bool exception_fired = false;
+  run.trainer.on(Event::Exception, [&](State&) { exception_fired = true; });
+  // After ActionStart created the folder, a file takes its place: every write into it fails.
+  run.trainer.on(Event::EpochStart, once(1), [&](State&) {
+    fs::remove_all(folder);
+    std::ofstream(folder) << "a file where the checkpoint folder was\n";
+  });
+  CapturedLog log;
+  const auto message = message_of<CheckpointError>([&] { run.fit(); });
+  BOOST_TEST(
+      has(message, "the background write of checkpoint " + (folder / "epoch-000-step-").string()));
+  BOOST_TEST(exception_fired);
+  fs::remove(folder);
 }
 
 // An exception mid-step closes StepEnd and EpochEnd on its way out: the checkpoint does not try to

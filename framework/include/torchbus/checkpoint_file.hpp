@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <optional>
 #include <string>
@@ -62,10 +63,16 @@ class CheckpointWriter {
   /// Waits for the write in flight (errors are logged, not thrown, here).
   ~CheckpointWriter();
 
-  /// Starts writing `bytes` to `path` atomically once the previous write finished.
-  void write(std::filesystem::path path, std::string bytes);
-  /// Waits until nothing is in flight; rethrows the error of a failed write.
+  /// Starts writing `bytes` to `path` atomically (and durably) once the previous write finished,
+  /// then runs `after_durable` (moving a link, removing older files) on the same background
+  /// thread. At most one write is in flight.
+  void write(std::filesystem::path path, std::string bytes,
+             std::function<void()> after_durable = {});
+  /// Waits until nothing is in flight; rethrows the error of a failed write (a CheckpointError
+  /// naming the file).
   void flush();
+  /// Rethrows the error of a write that has finished and failed; returns at once otherwise.
+  void rethrow_if_failed();
 
  private:
   std::future<void> in_flight_;

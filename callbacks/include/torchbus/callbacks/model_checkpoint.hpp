@@ -41,7 +41,8 @@ struct ModelCheckpointOptions {
   TORCH_ARG(bool, save_last) = true;
   /// Also save when the run stops early (StopTraining, request_stop, Ctrl-C handlers).
   TORCH_ARG(bool, save_on_stop) = true;
-  /// Write files on a background thread (the training thread only serializes to memory).
+  /// Write files on a background thread: the training thread serializes to memory; writing,
+  /// fsync, moving `last` and pruning happen on the writer's thread, one checkpoint at a time.
   TORCH_ARG(bool, background) = true;
   /// When the folder holds a valid checkpoint, resume the next fit from the newest one.
   TORCH_ARG(bool, resume) = false;
@@ -97,8 +98,10 @@ class ModelCheckpoint : public Callback {
   };
   void save(State& state, bool at_epoch_end);
   std::optional<double> score_of(const State& state);  // nothing: the metric does not exist yet
-  void prune();
-  void link_last(const std::filesystem::path& newest) const;
+  /// Drops from kept_ what save_top_k no longer keeps; returns their files, to remove.
+  std::vector<std::filesystem::path> prune();
+  /// The path of `last.tbckpt`.
+  std::filesystem::path last_link() const;
 
   ModelCheckpointOptions options_;
   std::unique_ptr<CheckpointWriter> writer_;
