@@ -266,11 +266,18 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
   CheckpointRun resumed(TrainerOptions().max_epochs(3));
   std::int64_t step_at_start = -1;
   resumed.trainer.on(Event::ActionStart, [&](State& s) { step_at_start = s.step; });
+  CapturedLog log;
   resumed.trainer.add(std::make_shared<ModelCheckpoint>(
       ModelCheckpointOptions(folder).every_n_epochs(0).resume(true)));
   resumed.fit();
   BOOST_TEST(step_at_start == 5);
   BOOST_TEST(resumed.trainer.state().step == 12);
+  // The log counts epochs from 0, as state.epoch and the file names do.
+  const auto lines = log.messages("info", "resumed from");
+  BOOST_TEST_REQUIRE(lines.size() == 1u);
+  BOOST_TEST(lines[0].find("epoch-001-step-000005.tbckpt at epoch 1, step 5, batch 1 of the "
+                           "epoch") != std::string::npos,
+             lines[0]);
 }
 
 BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {
