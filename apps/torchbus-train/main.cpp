@@ -350,10 +350,12 @@ void describe_flags(CLI::App& app, Flags& flags) {
                "Profiler: time every callback and the loop's phases; a table in the log and the "
                "report (off)");
   app.add_option("--scheduler", flags.scheduler,
-                 "LearningRateScheduler: none | cosine (10% warmup, to 0) | onecycle | step "
-                 "(x0.1 every third of the run) | plateau (x0.1 after 2 epochs without a better "
-                 "val_loss)")
-      ->check(CLI::IsMember({"none", "cosine", "onecycle", "step", "plateau"}));
+                 "LearningRateScheduler: none | cosine (10% warmup, to 0) | restarts (cosine "
+                 "with warm restarts, periods of 1/7, 2/7, 4/7 of the run) | onecycle | linear "
+                 "(to 0 by the end) | step (x0.1 every third of the run) | plateau (x0.1 after 2 "
+                 "epochs without a better val_loss)")
+      ->check(
+          CLI::IsMember({"none", "cosine", "restarts", "onecycle", "linear", "step", "plateau"}));
   app.add_option("--early-stopping", flags.early_stopping,
                  "EarlyStopping: stop after N validations without a better val_loss (0: off)")
       ->check(at_least(0));
@@ -464,8 +466,15 @@ std::shared_ptr<torchbus::LearningRateScheduler> make_scheduler(const std::strin
     return std::make_shared<LearningRateScheduler>(
         torchbus::CosineDecayOptions(total_steps).warmup_steps(total_steps / 10));
   }
+  if (kind == "restarts") {
+    return std::make_shared<LearningRateScheduler>(
+        torchbus::CosineRestartsOptions(std::max<std::int64_t>(1, total_steps / 7)).period_mult(2));
+  }
   if (kind == "onecycle") {
     return std::make_shared<LearningRateScheduler>(torchbus::OneCycleOptions(total_steps));
+  }
+  if (kind == "linear") {
+    return std::make_shared<LearningRateScheduler>(torchbus::PolynomialDecayOptions(total_steps));
   }
   if (kind == "step") {
     return std::make_shared<LearningRateScheduler>(

@@ -7,6 +7,9 @@
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
 
+#include <algorithm>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace torchbus {
@@ -27,6 +30,13 @@ void ClassificationMetricsOptions::validate() const {
                  "ClassificationMetrics: the output and target tensor names must not be empty");
   TORCHBUS_CHECK(!confusion_matrix().empty(), ConfigError,
                  "ClassificationMetrics: the confusion_matrix tensor name must not be empty");
+  for (std::size_t i = 0; i < top_k().size(); ++i) {
+    const auto k = top_k()[i];
+    TORCHBUS_CHECK(k >= 1 && (num_classes() == 0 || k <= num_classes()), ConfigError,
+                   "ClassificationMetrics: top_k values must be in [1, num_classes], got ", k);
+    TORCHBUS_CHECK(std::count(top_k().begin(), top_k().begin() + i, k) == 0, ConfigError,
+                   "ClassificationMetrics: top_k lists ", k, " twice");
+  }
 }
 
 ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions options)
@@ -37,6 +47,7 @@ ClassificationMetrics::ClassificationMetrics(ClassificationMetricsOptions option
 
 void ClassificationMetrics::on_eval_start(State& /*state*/) {
   matrix_.reset();
+  rank_hits_.reset();
 }
 
 void ClassificationMetrics::on_eval_batch_end(State& state) {
@@ -74,6 +85,19 @@ void ClassificationMetrics::on_eval_batch_end(State& state) {
                                    options_.target(), "' (expected class indices in [0, ", classes_,
                                    ")): ", error.what_without_backtrace()));
   }
+  if (!options_.top_k().empty()) count_rank_hits(*output, *target);
+}
+
+void ClassificationMetrics::count_rank_hits(const at::Tensor& output, const at::Tensor& target) {
+  const auto max_k = max_top_k();
+  TORCHBUS_CHECK(max_k <= classes_, ConfigError, "ClassificationMetrics: top_k ", max_k,
+                 " exceeds the ", classes_, " classes of output '", options_.output(), "'");
+  // [N, max_k, d...]: whether the j-th highest score is the true class (at most one j per sample).
+  const auto ranked = std::get<1>(output.detach().topk(max_k, 1));
+  const auto hits = ranked.eq(target.detach().to(at::kLong).unsqueeze(1));
+  const auto per_rank = hits.transpose(0, 1).reshape({max_k, -1}).sum(1);
+  if (!rank_hits_.defined()) rank_hits_ = at::zeros_like(per_rank);
+  rank_hits_.add_(per_rank);
 }
 
 void ClassificationMetrics::on_eval_end(State& state) {
@@ -81,10 +105,21 @@ void ClassificationMetrics::on_eval_end(State& state) {
     // Each rank counted its shard: every rank reports the counts of all of them.
     if (!matrix_.defined() && classes_ > 0) matrix_ = at::zeros({classes_ * classes_}, at::kLong);
     if (matrix_.defined()) state.process_group->all_reduce(matrix_);
+    if (!options_.top_k().empty()) {
+      if (!rank_hits_.defined()) rank_hits_ = at::zeros({max_top_k()}, at::kLong);
+      state.process_group->all_reduce(rank_hits_);
+    }
   }
   if (!matrix_.defined()) return;                                   // every batch was cancelled
   const auto matrix = matrix_.reshape({classes_, classes_}).cpu();  // the one sync
   matrix_.reset();
+  // Top-k hits: samples whose class ranks within the first k scores.
+  std::vector<double> top_k_hits;
+  if (!options_.top_k().empty()) {
+    const auto cumulative = rank_hits_.cumsum(0).to(at::kDouble).cpu();
+    rank_hits_.reset();
+    for (const auto k : options_.top_k()) top_k_hits.push_back(cumulative[k - 1].item<double>());
+  }
   last_ = matrix;
   state.tensors.set(options_.confusion_matrix(), matrix, Scope::Epoch);
 
@@ -93,7 +128,7 @@ void ClassificationMetrics::on_eval_end(State& state) {
   const auto c = static_cast<std::size_t>(classes_);
   double total = 0.0;
   double correct = 0.0;
-  std::vector<double> precision(c), recall(c), f1(c);
+  std::vector<double> precision(c), recall(c), f1(c), support(c);
   for (std::size_t k = 0; k < c; ++k) {
     double predicted = 0.0;  // column sum
     double actual = 0.0;     // row sum
@@ -102,6 +137,7 @@ void ClassificationMetrics::on_eval_end(State& state) {
       actual += m[k * c + j];
     }
     const double hits = m[k * c + k];
+    support[k] = actual;
     total += actual;
     correct += hits;
     precision[k] = ratio(hits, predicted);
@@ -113,31 +149,56 @@ void ClassificationMetrics::on_eval_end(State& state) {
     for (double value : values) sum += value;
     return sum / static_cast<double>(c);
   };
-  if (names_.size() != 4 + 3 * c) {
-    names_.clear();
-    const auto& prefix = options_.prefix();
-    for (const char* name : {"accuracy", "precision", "recall", "f1"}) {
-      names_.push_back(prefix + name);
-    }
-    for (std::size_t k = 0; k < c; ++k) {
+  const auto weighted_mean = [&](const std::vector<double>& values) {
+    double sum = 0.0;
+    for (std::size_t k = 0; k < c; ++k) sum += values[k] * support[k];
+    return ratio(sum, total);
+  };
+  // In the order of metric_names(): accuracy and the macro averages, micro, weighted, top-k, then
+  // per class.
+  std::vector<double> values{ratio(correct, total), mean(precision), mean(recall), mean(f1)};
+  if (options_.micro()) {
+    // Summed over the classes, true positives and both kinds of errors all equal `correct` and
+    // `total - correct`: precision, recall and F1 are the accuracy.
+    values.insert(values.end(), 3, ratio(correct, total));
+  }
+  if (options_.weighted()) {
+    values.insert(values.end(),
+                  {weighted_mean(precision), weighted_mean(recall), weighted_mean(f1)});
+  }
+  for (const double hits : top_k_hits) values.push_back(ratio(hits, total));
+  if (options_.per_class()) {
+    for (std::size_t k = 0; k < c; ++k)
+      values.insert(values.end(), {precision[k], recall[k], f1[k]});
+  }
+  if (names_.size() != values.size()) names_ = metric_names();
+  for (std::size_t i = 0; i < values.size(); ++i) state.record_metric(names_[i], values[i]);
+}
+
+std::vector<std::string> ClassificationMetrics::metric_names() const {
+  const auto& prefix = options_.prefix();
+  std::vector<std::string> names;
+  for (const char* name : {"accuracy", "precision", "recall", "f1"}) names.push_back(prefix + name);
+  for (const auto& [enabled, suffix] :
+       {std::pair{options_.micro(), "_micro"}, std::pair{options_.weighted(), "_weighted"}}) {
+    if (!enabled) continue;
+    for (const char* name : {"precision", "recall", "f1"}) names.push_back(prefix + name + suffix);
+  }
+  for (const auto k : options_.top_k())
+    names.push_back(prefix + "accuracy_top_" + std::to_string(k));
+  if (options_.per_class()) {
+    for (std::int64_t k = 0; k < classes_; ++k) {
       for (const char* name : {"precision", "recall", "f1"}) {
-        std::string full = prefix;
-        full.append(name).append("_class_").append(std::to_string(k));
-        names_.push_back(std::move(full));
+        names.push_back(prefix + name + "_class_" + std::to_string(k));
       }
     }
   }
-  state.record_metric(names_[0], ratio(correct, total));
-  state.record_metric(names_[1], mean(precision));
-  state.record_metric(names_[2], mean(recall));
-  state.record_metric(names_[3], mean(f1));
-  if (options_.per_class()) {
-    for (std::size_t k = 0; k < c; ++k) {
-      state.record_metric(names_[4 + 3 * k], precision[k]);
-      state.record_metric(names_[5 + 3 * k], recall[k]);
-      state.record_metric(names_[6 + 3 * k], f1[k]);
-    }
-  }
+  return names;
+}
+
+std::int64_t ClassificationMetrics::max_top_k() const {
+  const auto& top_k = options_.top_k();
+  return *std::max_element(top_k.begin(), top_k.end());
 }
 
 void ClassificationMetrics::save_state(torch::serialize::OutputArchive& archive) const {

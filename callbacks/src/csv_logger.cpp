@@ -398,6 +398,10 @@ void CsvLogger::reconcile(const State& state) {
 
 // ---- rows ---------------------------------------------------------------------------------------
 
+void CsvLogger::on_before_optimizer_step(State& state) {
+  lr_.capture(state);
+}
+
 void CsvLogger::on_step_end(State& state) {
   // While an exception escapes, the step did not complete: StepEnd fires only to close it.
   if (!state.error && !state.update_skipped && state.step % options_.step_freq() == 0) {
@@ -422,8 +426,7 @@ void CsvLogger::set_cell(std::size_t column, double value) {
 }
 
 void CsvLogger::set_lr(const State& state) {
-  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"CsvLogger", *this},
-                                             "the lr column stays empty");
+  const auto lr = lr_.read(state, {"CsvLogger", *this}, "the lr column stays empty");
   if (lr) set_cell(lr_col_, *lr);
 }
 

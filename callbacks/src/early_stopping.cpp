@@ -80,11 +80,11 @@ void EarlyStopping::check(State& state) {
         detail::concat("EarlyStopping: ", monitor, " = ", value,
                        " is not finite; stopping at epoch ", state.epoch, ", step ", state.step);
   } else if (const auto& threshold = options_.stopping_threshold();
-             threshold && (min ? value <= *threshold : value >= *threshold)) {
-    reason = detail::concat("EarlyStopping: ", monitor, " = ", value,
-                            " reached the stopping "
-                            "threshold ",
-                            *threshold, " at epoch ", state.epoch, ", step ", state.step);
+             threshold && (min ? value < *threshold : value > *threshold)) {
+    // Strictly beyond, as Lightning (callbacks/early_stopping.py: monitor_op is torch.lt / gt).
+    reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
+                            min ? "below" : "above", " the stopping threshold ", *threshold,
+                            " at epoch ", state.epoch, ", step ", state.step);
   } else if (const auto& divergence = options_.divergence_threshold();
              divergence && (min ? value > *divergence : value < *divergence)) {
     reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",

@@ -1,6 +1,10 @@
 #include <spdlog/spdlog.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 #include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
@@ -14,8 +18,6 @@
 namespace torchbus {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
 /// LibTorch's LRScheduler keeps its step count protected and has no state_dict; a member pointer
 /// taken through a derived class reads and restores it (a scheduler's only state besides the
 /// optimizer's learning rates, which the optimizer's own state holds).
@@ -27,85 +29,23 @@ unsigned& step_count(torch::optim::LRScheduler& scheduler) {
   return scheduler.*StepCountAccess::member();
 }
 
-/// Cosine annealing from `start` (pct 0) to `end` (pct 1), as PyTorch's OneCycleLR.
-double cosine_anneal(double start, double end, double pct) {
-  return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0);
-}
-
-/// start_factor + (1 - start_factor) * t / warmup, capped at 1.
-double warmup_factor(std::int64_t t, std::int64_t warmup, double start_factor) {
-  if (t >= warmup) return 1.0;
-  return start_factor + (1.0 - start_factor) * static_cast<double>(t) / static_cast<double>(warmup);
-}
-
-void check_factor(double factor, const char* what) {
-  TORCHBUS_CHECK(factor >= 0.0 && factor <= 1.0, ConfigError, "LearningRateScheduler: ", what,
-                 " must be in [0, 1], got ", factor);
-}
-
-LrLambda make_warmup(const LinearWarmupOptions& o) {
-  TORCHBUS_CHECK(o.warmup_steps() >= 1, ConfigError,
-                 "LearningRateScheduler: linear warmup needs warmup_steps >= 1, got ",
-                 o.warmup_steps());
-  check_factor(o.start_factor(), "start_factor");
-  return [o](std::int64_t t, double base) {
-    return base * warmup_factor(t, o.warmup_steps(), o.start_factor());
-  };
-}
-
-LrLambda make_cosine(const CosineDecayOptions& o) {
-  TORCHBUS_CHECK(o.total_steps() >= 1, ConfigError,
-                 "LearningRateScheduler: cosine decay needs total_steps >= 1, got ",
-                 o.total_steps());
-  TORCHBUS_CHECK(o.warmup_steps() >= 0 && o.warmup_steps() < o.total_steps(), ConfigError,
-                 "LearningRateScheduler: cosine decay needs warmup_steps in [0, total_steps = ",
-                 o.total_steps(), "), got ", o.warmup_steps());
-  check_factor(o.warmup_start_factor(), "warmup_start_factor");
-  TORCHBUS_CHECK(o.min_lr() >= 0.0, ConfigError, "LearningRateScheduler: min_lr must be >= 0, got ",
-                 o.min_lr());
-  return [o](std::int64_t t, double base) {
-    if (t < o.warmup_steps())
-      return base * warmup_factor(t, o.warmup_steps(), o.warmup_start_factor());
-    const double progress =
-        std::min(1.0, static_cast<double>(t - o.warmup_steps()) /
-                          static_cast<double>(o.total_steps() - o.warmup_steps()));
-    return o.min_lr() + (base - o.min_lr()) * 0.5 * (1.0 + std::cos(kPi * progress));
-  };
-}
-
-LrLambda make_one_cycle(const OneCycleOptions& o) {
-  TORCHBUS_CHECK(o.total_steps() >= 2, ConfigError,
-                 "LearningRateScheduler: one-cycle needs total_steps >= 2, got ", o.total_steps());
-  TORCHBUS_CHECK(o.pct_start() > 0.0 && o.pct_start() < 1.0, ConfigError,
-                 "LearningRateScheduler: one-cycle needs pct_start in (0, 1), got ", o.pct_start());
-  TORCHBUS_CHECK(o.pct_start() * static_cast<double>(o.total_steps()) > 1.0, ConfigError,
-                 "LearningRateScheduler: one-cycle needs pct_start * total_steps > 1 (a rising "
-                 "phase of at least one step), got ",
-                 o.pct_start(), " * ", o.total_steps());
-  TORCHBUS_CHECK(o.div_factor() > 0.0 && o.final_div_factor() > 0.0, ConfigError,
-                 "LearningRateScheduler: one-cycle needs div_factor > 0 and final_div_factor > 0, "
-                 "got ",
-                 o.div_factor(), " and ", o.final_div_factor());
-  return [o](std::int64_t t, double max_lr) {
-    const double initial = max_lr / o.div_factor();
-    const double final_lr = initial / o.final_div_factor();
-    const double rise_end = o.pct_start() * static_cast<double>(o.total_steps()) - 1.0;
-    const double end = static_cast<double>(o.total_steps() - 1);
-    const double step = std::min(static_cast<double>(t), end);
-    if (step <= rise_end) return cosine_anneal(initial, max_lr, step / rise_end);
-    return cosine_anneal(max_lr, final_lr, (step - rise_end) / (end - rise_end));
-  };
-}
-
-LrLambda make_step_decay(const StepDecayOptions& o) {
-  TORCHBUS_CHECK(o.step_size() >= 1, ConfigError,
-                 "LearningRateScheduler: step decay needs step_size >= 1, got ", o.step_size());
-  TORCHBUS_CHECK(o.gamma() > 0.0, ConfigError,
-                 "LearningRateScheduler: step decay needs gamma > 0, got ", o.gamma());
-  return [o](std::int64_t t, double base) {
-    const std::int64_t decays = t / o.step_size();  // floor: t >= 0
-    return base * std::pow(o.gamma(), static_cast<double>(decays));
-  };
+/// Sets the momentum of SGD and RMSprop, beta1 of Adam and AdamW (as PyTorch's OneCycleLR).
+void set_momentum(torch::optim::OptimizerParamGroup& group, double momentum) {
+  auto& options = group.options();
+  if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) {
+    sgd->momentum(momentum);
+  } else if (auto* rmsprop = dynamic_cast<torch::optim::RMSpropOptions*>(&options)) {
+    rmsprop->momentum(momentum);
+  } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) {
+    adam->betas({momentum, std::get<1>(adam->betas())});
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) {
+    adamw->betas({momentum, std::get<1>(adamw->betas())});
+  } else {
+    throw ConfigError(
+        "LearningRateScheduler: a schedule of the momentum (one-cycle with cycle_momentum) needs "
+        "an optimizer with a momentum (SGD, RMSprop) or beta1 (Adam, AdamW); this one has "
+        "neither. Set OneCycleOptions::cycle_momentum(false)");
+  }
 }
 
 void validate(const ReduceOnPlateauOptions& o) {
@@ -123,6 +63,8 @@ void validate(const ReduceOnPlateauOptions& o) {
                  o.cooldown());
   TORCHBUS_CHECK(o.min_lr() >= 0.0, ConfigError,
                  "LearningRateScheduler: reduce-on-plateau min_lr must be >= 0, got ", o.min_lr());
+  TORCHBUS_CHECK(o.eps() >= 0.0, ConfigError,
+                 "LearningRateScheduler: reduce-on-plateau eps must be >= 0, got ", o.eps());
   TORCHBUS_CHECK(o.min_delta() >= 0.0, ConfigError,
                  "LearningRateScheduler: reduce-on-plateau min_delta must be >= 0, got ",
                  o.min_delta());
@@ -136,32 +78,17 @@ void validate(const ReduceOnPlateauOptions& o) {
 
 LearningRateScheduler::LearningRateScheduler(LrLambda schedule,
                                              LearningRateSchedulerOptions options)
+    : LearningRateScheduler(LrSchedule(std::move(schedule)), std::move(options)) {}
+
+LearningRateScheduler::LearningRateScheduler(LrSchedule schedule,
+                                             LearningRateSchedulerOptions options)
     : Callback(options.name()),
       kind_(Kind::Lambda),
       schedule_(std::move(schedule)),
       options_(std::move(options)),
       monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
   set_role(Role::Scheduler).after(Role::Metrics);
-  TORCHBUS_CHECK(static_cast<bool>(schedule_), ConfigError,
-                 "LearningRateScheduler needs a schedule (t, base_lr) -> lr, got an empty "
-                 "function");
 }
-
-LearningRateScheduler::LearningRateScheduler(const LinearWarmupOptions& warmup,
-                                             LearningRateSchedulerOptions options)
-    : LearningRateScheduler(make_warmup(warmup), std::move(options)) {}
-
-LearningRateScheduler::LearningRateScheduler(const CosineDecayOptions& cosine,
-                                             LearningRateSchedulerOptions options)
-    : LearningRateScheduler(make_cosine(cosine), std::move(options)) {}
-
-LearningRateScheduler::LearningRateScheduler(const OneCycleOptions& one_cycle,
-                                             LearningRateSchedulerOptions options)
-    : LearningRateScheduler(make_one_cycle(one_cycle), std::move(options)) {}
-
-LearningRateScheduler::LearningRateScheduler(const StepDecayOptions& step_decay,
-                                             LearningRateSchedulerOptions options)
-    : LearningRateScheduler(make_step_decay(step_decay), std::move(options)) {}
 
 LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
                                              LearningRateSchedulerOptions options)
@@ -210,7 +137,8 @@ void LearningRateScheduler::apply(torch::optim::Optimizer& optimizer) {
   auto& groups = optimizer.param_groups();
   if (kind_ == Kind::Lambda) {
     for (std::size_t i = 0; i < groups.size(); ++i) {
-      groups[i].options().set_lr(schedule_(t_, base_lrs_[i]));
+      groups[i].options().set_lr(schedule_->lr(t_, base_lrs_[i]));
+      if (const auto momentum = schedule_->momentum(t_)) set_momentum(groups[i], *momentum);
     }
   } else if (kind_ == Kind::Plateau) {
     for (std::size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(lrs_[i]);
@@ -281,7 +209,7 @@ void LearningRateScheduler::check_plateau(State& state) {
     bool changed = false;
     for (auto& lr : lrs_) {
       const double reduced = std::max(lr * plateau_.factor(), plateau_.min_lr());
-      if (reduced < lr) {
+      if (lr - reduced > plateau_.eps()) {
         lr = reduced;
         changed = true;
       }

@@ -72,6 +72,22 @@ std::optional<double> learning_rate_or_warn_once(const State& state, bool& warne
   return std::nullopt;
 }
 
+void StepLearningRate::capture(const State& state) noexcept {
+  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) return;
+  try {
+    lr_ = state.optimizer->param_groups()[0].options().get_lr();
+    step_ = state.step + 1;
+  } catch (const std::exception&) {
+    step_ = -1;  // read() warns about it
+  }
+}
+
+std::optional<double> StepLearningRate::read(const State& state, const WarningSource& source,
+                                             std::string_view consequence) {
+  if (step_ == state.step) return lr_;
+  return learning_rate_or_warn_once(state, warned_, source, consequence);
+}
+
 void warn_tensor_not_logged(const State& state, const std::string& name, const at::Tensor* tensor,
                             const WarningSource& source, std::string_view consequence) {
   const std::string problem =

@@ -31,6 +31,7 @@ void ModelCheckpointOptions::validate() const {
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
     : Callback(options.name()), options_(std::move(options)) {
   set_role(Role::Checkpoint)
+      .after(Role::Metrics)
       .after(Role::Monitor)
       .after(Role::Scheduler)
       .after(Role::WeightAveraging)
@@ -138,6 +139,9 @@ std::optional<double> ModelCheckpoint::score_of(const State& state) {
     return std::nullopt;
   }
   const double value = state.metrics.latest(monitor).value;
+  // A NaN ranks worst, as Lightning stores it (callbacks/model_checkpoint.py,
+  // _update_best_and_save: "do not save nan, replace with +/- inf").
+  if (std::isnan(value)) return std::numeric_limits<double>::infinity();
   return options_.mode() == Mode::Min ? value : -value;
 }
 
@@ -189,11 +193,21 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
 }
 
 std::vector<fs::path> ModelCheckpoint::prune() {
-  // Ranked by score (lower is better), then the unranked ones newest first.
-  std::stable_sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) {
+  // Ranked by score (lower is better), then the unranked ones newest first. Equal scores as in
+  // Lightning (callbacks/model_checkpoint.py): the newer ranks first, since the top k evicts the
+  // oldest of its worst (`max(self.best_k_models, key=...)` returns the first inserted), but the
+  // checkpoint just saved ranks after the older ones it ties with, since it enters a full top k
+  // only if strictly better than its worst (check_monitor_top_k: torch.lt / torch.gt).
+  const fs::path just_saved = kept_.back().path;
+  const auto tie_rank = [&just_saved](const Kept& k) {
+    return k.path == just_saved ? std::numeric_limits<std::int64_t>::min() : k.step;
+  };
+  std::sort(kept_.begin(), kept_.end(), [&](const Kept& a, const Kept& b) {
     const bool a_ranked = !std::isnan(a.score), b_ranked = !std::isnan(b.score);
     if (a_ranked != b_ranked) return a_ranked;
-    return a_ranked ? a.score < b.score : a.step > b.step;
+    if (!a_ranked) return a.step > b.step;
+    if (a.score != b.score) return a.score < b.score;
+    return tie_rank(a) > tie_rank(b);
   });
   const auto keep = options_.save_top_k();
   if (keep < 0 || static_cast<std::int64_t>(kept_.size()) <= keep) return {};

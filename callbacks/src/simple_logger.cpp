@@ -48,6 +48,10 @@ void SimpleLogger::on_epoch_start(State& state) {
   mark_time_ = Clock::now();
 }
 
+void SimpleLogger::on_before_optimizer_step(State& state) {
+  lr_.capture(state);
+}
+
 void SimpleLogger::on_step_end(State& state) {
   if (state.error || state.update_skipped || state.step % options_.step_freq() != 0) return;
   log_step(state);
@@ -107,9 +111,8 @@ void SimpleLogger::append_tensor(std::string& line, const std::string& name, Sta
 }
 
 void SimpleLogger::append_lr(std::string& line, State& state) {
-  const auto lr =
-      learning_rate_or_warn_once(state, warned_lr_, {"SimpleLogger", *this},
-                                 "it is left out of the log (set log_lr(false) to silence this)");
+  const auto lr = lr_.read(state, {"SimpleLogger", *this},
+                           "it is left out of the log (set log_lr(false) to silence this)");
   if (lr) fmt::format_to(std::back_inserter(line), " lr={:.{}g}", *lr, options_.precision());
 }
 

@@ -347,6 +347,10 @@ void TensorBoardLogger::on_batch_end(State& state) {
   }
 }
 
+void TensorBoardLogger::on_before_optimizer_step(State& state) {
+  lr_.capture(state);
+}
+
 void TensorBoardLogger::on_step_end(State& state) {
   // While an exception escapes, the step did not complete: StepEnd fires only to close it.
   if (!writers_[kMainRun] || state.error || !due(state.step)) return;
@@ -394,8 +398,7 @@ void TensorBoardLogger::add_tensor(std::vector<SummaryValue>& histogram_values, 
 }
 
 void TensorBoardLogger::add_lr(const State& state, double wall_time) {
-  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"TensorBoardLogger", *this},
-                                             "train/lr is not written");
+  const auto lr = lr_.read(state, {"TensorBoardLogger", *this}, "train/lr is not written");
   if (lr) {
     pending_.push_back(
         ScalarPoint{state.step, wall_time, static_cast<std::uint32_t>(tags_.size()), *lr});

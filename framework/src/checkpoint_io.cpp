@@ -398,7 +398,7 @@ void resume_from_checkpoint(const CheckpointParts& parts, const fs::path& path) 
   }
   const auto& state = parts.state;
   logger()->info("resumed from {} at epoch {}, step {}, batch {} of the epoch",
-                 loaded_path.string(), state.epoch + 1, state.step, state.batch_in_epoch);
+                 loaded_path.string(), state.epoch, state.step, state.batch_in_epoch);
   if (state.stop_requested()) {
     logger()->info("the run had already finished there ({}): nothing to train",
                    state.stop_reason());

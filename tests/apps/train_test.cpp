@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -720,6 +721,47 @@ BOOST_AUTO_TEST_CASE(limits_and_an_accumulation_schedule_give_the_expected_steps
   BOOST_TEST(!has(json_string(read_text(fraction / "summary.json"), "identity"),
                   "accumulate_"
                   "schedule"));
+}
+
+// --scheduler linear and restarts over the run's steps, read back from metrics.csv (a row per
+// step with --log-every 1; its lr is the rate the step ran with).
+BOOST_AUTO_TEST_CASE(linear_and_restarts_schedules_over_the_run) {
+  const auto lrs_of = [](const std::string& scheduler) {
+    const auto out = scratch("train_test", "scheduler_" + scheduler);
+    const auto run = run_train("--scheduler " + scheduler +
+                               " --epochs 1 --batch-size 256 --lr 0.01 --log-every 1 "
+                               "--no-progress --no-tensorboard --no-report --out " +
+                               out.string());
+    BOOST_TEST_REQUIRE(run.status == 0, run.output);
+    std::vector<double> lrs;  // by step, from 1
+    std::istringstream csv(read_text(out / "metrics.csv"));
+    std::string line;
+    std::getline(csv, line);
+    BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,loss,lr", 0) == 0u, line);
+    while (std::getline(csv, line)) {
+      if (line.rfind("step,", 0) != 0) continue;
+      std::vector<std::string> cells;
+      std::istringstream fields(line);
+      for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
+      lrs.push_back(std::stod(cells.at(5)));
+    }
+    return lrs;
+  };
+  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-12; };
+  const auto linear = lrs_of("linear");  // PolynomialLR(total_iters = steps): 0.01 * (1 - t / T)
+  const auto steps = static_cast<double>(linear.size());
+  BOOST_TEST_REQUIRE(linear.size() >= 7u);
+  for (std::size_t t = 0; t < linear.size(); ++t) {
+    BOOST_TEST(close(linear[t], 0.01 * (1.0 - static_cast<double>(t) / steps)), "step " << t + 1);
+  }
+  // Cosine with warm restarts, periods P, 2P, 4P with P = steps / 7: back at 0.01 at t = P, 3P.
+  const auto restarts = lrs_of("restarts");
+  BOOST_TEST_REQUIRE(restarts.size() == linear.size());
+  const auto period = restarts.size() / 7;
+  BOOST_TEST(close(restarts[0], 0.01));
+  BOOST_TEST(restarts[period - 1] < 0.01);
+  BOOST_TEST(close(restarts[period], 0.01));
+  BOOST_TEST(close(restarts[3 * period], 0.01));
 }
 
 BOOST_AUTO_TEST_CASE(bad_quick_run_values_are_usage_errors_naming_the_flag) {

@@ -92,14 +92,31 @@ BOOST_AUTO_TEST_CASE(improvements_reset_the_wait) {
   BOOST_TEST(stopping->best() == 0.8);
 }
 
-BOOST_AUTO_TEST_CASE(stopping_threshold) {
-  ScriptedRun run("val_score", {1.0, 0.5, 0.2, 0.1});
+BOOST_AUTO_TEST_CASE(stopping_threshold_is_strict_as_lightning) {
+  // Lightning 2.x src/lightning/pytorch/callbacks/early_stopping.py:90 mode_dict = {"min":
+  // torch.lt, "max": torch.gt} and :227 `self.monitor_op(current, self.stopping_threshold)`: a
+  // value equal to the threshold does not stop; 0.45 (check 3) does.
+  ScriptedRun run("val_score", {1.0, 0.8, 0.5, 0.45, 0.4});
   auto stopping = std::make_shared<EarlyStopping>(
-      EarlyStoppingOptions().monitor("val_score").patience(10).stopping_threshold(0.2));
+      EarlyStoppingOptions().monitor("val_score").patience(10).stopping_threshold(0.5));
+  run.trainer.add(stopping);
+  run.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 3);
+  BOOST_TEST(contains(run.trainer.state().stop_reason(),
+                      "val_score = 0.45 is below the stopping threshold 0.5 at epoch 3"));
+}
+
+BOOST_AUTO_TEST_CASE(stopping_threshold_max_mode_is_strict) {
+  ScriptedRun run("val_accuracy", {0.5, 0.9, 0.95});
+  auto stopping = std::make_shared<EarlyStopping>(EarlyStoppingOptions()
+                                                      .monitor("val_accuracy")
+                                                      .mode(Mode::Max)
+                                                      .patience(10)
+                                                      .stopping_threshold(0.9));
   run.trainer.add(stopping);
   run.fit();
   BOOST_TEST(stopping->stopped_epoch() == 2);
-  BOOST_TEST(contains(run.trainer.state().stop_reason(), "reached the stopping threshold 0.2"));
+  BOOST_TEST(contains(run.trainer.state().stop_reason(), "is above the stopping threshold 0.9"));
 }
 
 BOOST_AUTO_TEST_CASE(divergence_threshold) {

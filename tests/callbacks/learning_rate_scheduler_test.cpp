@@ -170,6 +170,54 @@ BOOST_AUTO_TEST_CASE(custom_lambda_and_every_parameter_group) {
   check_close(series_values(trainer.state(), "lr_group_1"), second);
 }
 
+BOOST_AUTO_TEST_CASE(one_cycle_cycles_momentum_and_beta1_as_pytorch) {
+  // PyTorch's OneCycleLR (cycle_momentum=True): momentum 0.95 at the start, 0.85 at the rate's peak
+  // (t = pct_start * total - 1 = 2), back to 0.95 at the end; beta1 for Adam. Per-step values are
+  // compared with PyTorch in scheduler_reference (tests/reference).
+  LrRun run(TrainerOptions().max_epochs(1));
+  std::vector<double> momentum;
+  run.trainer.on(Event::BeforeOptimizerStep, [&](State& state) {
+    momentum.push_back(
+        static_cast<torch::optim::SGDOptions&>(state.optimizer->param_groups()[0].options())
+            .momentum());
+  });
+  run.trainer.add(std::make_shared<LearningRateScheduler>(OneCycleOptions(10)));
+  run.fit(10);
+  BOOST_TEST_REQUIRE(momentum.size() == 10u);
+  BOOST_TEST(std::abs(momentum[0] - 0.95) < 1e-15);
+  BOOST_TEST(std::abs(momentum[2] - 0.85) < 1e-15);
+  BOOST_TEST(std::abs(momentum[9] - 0.95) < 1e-15);
+
+  auto model = make_model();
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  Trainer trainer(model, adam, cross_entropy,
+                  TrainerOptions().max_epochs(1).use_registered_subscriptions(false));
+  trainer.add(std::make_shared<LearningRateScheduler>(OneCycleOptions(4).pct_start(0.5)));
+  auto data = make_batches(1, 4);
+  trainer.fit(data);
+  const auto& options = static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options());
+  // After one step t = 1 = the peak: beta1 = base_momentum, beta2 untouched.
+  BOOST_TEST(std::abs(std::get<0>(options.betas()) - 0.85) < 1e-15);
+  BOOST_TEST(std::get<1>(options.betas()) == 0.999);
+
+  // cycle_momentum(false) leaves the momentum alone; an optimizer without one is a ConfigError.
+  LrRun fixed(TrainerOptions().max_epochs(1));
+  fixed.trainer.add(
+      std::make_shared<LearningRateScheduler>(OneCycleOptions(10).cycle_momentum(false)));
+  fixed.fit(3);
+  BOOST_TEST(
+      static_cast<torch::optim::SGDOptions&>(fixed.sgd.param_groups()[0].options()).momentum() ==
+      0.0);
+  torch::optim::Adagrad adagrad(model->parameters(), torch::optim::AdagradOptions(0.01));
+  Trainer plain(model, adagrad, cross_entropy,
+                TrainerOptions().max_epochs(1).use_registered_subscriptions(false));
+  plain.add(std::make_shared<LearningRateScheduler>(OneCycleOptions(4)));
+  BOOST_TEST(message_of<ConfigError>([&] {
+               plain.fit(data);
+             }).find("needs an optimizer with a momentum (SGD, RMSprop) or beta1") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(reduce_on_plateau) {
   LrRun run(TrainerOptions().max_epochs(12));
   // The scripted metric is recorded at EvalEnd before the scheduler (priority 0) runs.
@@ -194,6 +242,23 @@ BOOST_AUTO_TEST_CASE(reduce_on_plateau) {
                                0.05, 0.05, 0.025, 0.025, 0.025, 0.02};
   check_close(run.used, expected);
   BOOST_TEST(scheduler->reductions() == 3);
+}
+
+BOOST_AUTO_TEST_CASE(reduce_on_plateau_skips_reductions_of_eps_or_less) {
+  // PyTorch's ReduceLROnPlateau._reduce_lr: a group's rate changes only if old - new > eps (1e-8),
+  // so from 1e-6 with factor 0.1 the rate stops at 1e-8 (1e-8 - 1e-9 <= eps).
+  LrRun run(TrainerOptions().max_epochs(6));
+  run.sgd.param_groups()[0].options().set_lr(1e-6);
+  run.trainer.on(
+      Event::EvalEnd, [](State& state) { state.record_metric("val_score", 1.0); }, -10);
+  auto scheduler = std::make_shared<LearningRateScheduler>(
+      ReduceOnPlateauOptions().monitor("val_score").patience(0).factor(0.1));
+  run.trainer.add(scheduler);
+  auto data = make_batches(1, 4);
+  auto validation = make_batches(1, 4);
+  run.trainer.fit(data, validation);
+  check_close(run.used, {1e-6, 1e-6, 1e-7, 1e-8, 1e-8, 1e-8});
+  BOOST_TEST(scheduler->reductions() == 2);
 }
 
 BOOST_AUTO_TEST_CASE(wraps_a_libtorch_scheduler) {
@@ -234,6 +299,47 @@ BOOST_AUTO_TEST_CASE(closed_form_schedule_continues_after_save_and_load) {
   for (int t = 4; t < 10; ++t) expected_second.push_back(cosine_expected(t, 0.1, 10, 2, 0.0));
   check_close(first.used, expected_first);
   check_close(second.used, expected_second);
+}
+
+BOOST_AUTO_TEST_CASE(a_chained_schedule_and_its_momentum_continue_after_save_and_load) {
+  // Warmup, then one-cycle (which sets the momentum): 4 + 6 steps resumed equal 10 in one run.
+  const auto make = [] {
+    return std::make_shared<LearningRateScheduler>(
+        SequentialOptions({LinearFactorOptions(3).start_factor(0.2), OneCycleOptions(8)}, {3}));
+  };
+  const auto momentum_of = [](LrRun& run, std::vector<double>& out) {
+    run.trainer.on(Event::BeforeOptimizerStep, [&out](State& state) {
+      out.push_back(
+          static_cast<torch::optim::SGDOptions&>(state.optimizer->param_groups()[0].options())
+              .momentum());
+    });
+  };
+  std::vector<double> whole_momentum, split_momentum;
+  LrRun whole(TrainerOptions().max_steps(10));
+  momentum_of(whole, whole_momentum);
+  whole.trainer.add(make());
+  whole.fit(10);
+
+  LrRun first(TrainerOptions().max_steps(4));
+  momentum_of(first, split_momentum);
+  auto before = make();
+  first.trainer.add(before);
+  first.fit(4);
+  LrRun second(TrainerOptions().max_steps(6));  // a fresh optimizer: lr 0.1, momentum 0
+  momentum_of(second, split_momentum);
+  auto after = make();
+  round_trip(*before, *after);
+  second.trainer.add(after);
+  second.fit(6);
+
+  auto split = first.used;
+  split.insert(split.end(), second.used.begin(), second.used.end());
+  BOOST_TEST(split == whole.used, boost::test_tools::per_element());
+  BOOST_TEST(split_momentum == whole_momentum, boost::test_tools::per_element());
+  BOOST_TEST(whole.used[0] == 0.1 * 0.2);
+  BOOST_TEST(std::abs(whole.used[3] - 0.1 / 25.0) < 1e-15);  // one-cycle's first step
+  BOOST_TEST(whole_momentum[2] == 0.0);                      // the warmup leaves the momentum alone
+  BOOST_TEST(std::abs(whole_momentum[3] - 0.95) < 1e-15);
 }
 
 BOOST_AUTO_TEST_CASE(base_lrs_come_from_the_saved_state) {
@@ -344,6 +450,7 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().patience(-1), "patience must be >= 0"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().cooldown(-1), "cooldown must be >= 0"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().min_lr(-1.0), "min_lr must be >= 0"));
+  BOOST_TEST(plateau_error(ReduceOnPlateauOptions().eps(-1e-9), "eps must be >= 0"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().monitor(""), "monitor is empty"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().check_on(Event::StepEnd), "check_on"));
 
@@ -358,6 +465,37 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_CHECK_THROW(LearningRateScheduler{StepDecayOptions(0)}, ConfigError);
   BOOST_CHECK_THROW(LearningRateScheduler{StepDecayOptions(2).gamma(0.0)}, ConfigError);
   BOOST_CHECK_THROW(LearningRateScheduler{LrLambda()}, ConfigError);
+  const auto schedule_error = [](const std::function<void()>& make) {
+    return message_of<ConfigError>(make);
+  };
+  BOOST_TEST(contains(schedule_error([] {
+                        LrSchedule s(MultiStepDecayOptions({3, 2}));
+                      }),
+                      "multi-step decay milestones must be ascending schedule steps >= 1, got 2 "
+                      "at index 1"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(ExponentialDecayOptions(0.0)); }),
+                      "exponential decay needs gamma > 0"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(CosineRestartsOptions(4).period_mult(0)); }),
+                      "cosine restarts needs period_mult >= 1, got 0"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(PolynomialDecayOptions(5).power(-1.0)); }),
+                      "polynomial decay needs power >= 0"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(LinearFactorOptions(5).end_factor(2.0)); }),
+                      "linear factor end_factor must be in [0, 1], got 2"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(ConstantFactorOptions(0)); }),
+                      "constant factor needs total_steps >= 1, got 0"));
+  BOOST_TEST(contains(schedule_error([] { LrSchedule s(CyclicOptions(0.0, 2)); }),
+                      "cyclic needs max_lr > 0"));
+  BOOST_TEST(
+      contains(schedule_error([] {
+                 LrSchedule s(SequentialOptions({StepDecayOptions(1), StepDecayOptions(1)}, {}));
+               }),
+               "sequential needs one milestone fewer than schedules, got 2 schedules and 0 "
+               "milestones"));
+  BOOST_TEST(
+      contains(schedule_error([] {
+                 LrSchedule s(SequentialOptions({StepDecayOptions(1), StepDecayOptions(1)}, {0}));
+               }),
+               "sequential milestones must be ascending schedule steps >= 1, got 0"));
   BOOST_CHECK_THROW(LearningRateScheduler{std::shared_ptr<torch::optim::LRScheduler>()},
                     ConfigError);
 }

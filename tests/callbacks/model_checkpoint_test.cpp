@@ -6,8 +6,10 @@
 #include <torchbus/callbacks/model_checkpoint.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 using namespace torchbus;
@@ -90,6 +92,43 @@ std::vector<std::string> describe(const std::vector<ModelCheckpoint::KeptCheckpo
   return out;
 }
 
+/// Lightning's top-k bookkeeping, transcribed from Lightning 2.x
+/// src/lightning/pytorch/callbacks/model_checkpoint.py (commit b313cd9): check_monitor_top_k
+/// (:514-531: save while fewer than k are kept, else only if `torch.lt` (min) / `torch.gt` (max)
+/// than the kth value) and _update_best_and_save (:720-747: drop the kth, store a NaN as +inf
+/// (min) / -inf (max), the kth is `max` (min) / `min` (max) of the dict, i.e. the first inserted of
+/// the worst). Returns, after each score (checkpoint i at step i + 1), the steps kept, sorted.
+std::vector<std::vector<std::int64_t>> lightning_top_k(const std::vector<double>& scores,
+                                                       std::size_t k, Mode mode) {
+  const bool min = mode == Mode::Min;
+  std::vector<std::pair<std::int64_t, double>> best_k;  // a Python dict: insertion order
+  std::int64_t kth_step = -1;
+  std::vector<std::vector<std::int64_t>> kept_after;
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    double current = scores[i];
+    bool save = best_k.size() < k;
+    auto kth = std::find_if(best_k.begin(), best_k.end(),
+                            [&](const auto& entry) { return entry.first == kth_step; });
+    if (!save) save = min ? current < kth->second : current > kth->second;  // NaN: false
+    if (save) {
+      if (best_k.size() == k) best_k.erase(kth);
+      if (std::isnan(current)) current = min ? INFINITY : -INFINITY;
+      best_k.emplace_back(static_cast<std::int64_t>(i + 1), current);
+      if (best_k.size() == k) {
+        auto worst = best_k.begin();  // Python's max/min return the first of equal ones
+        for (auto it = best_k.begin(); it != best_k.end(); ++it) {
+          if (min ? it->second > worst->second : it->second < worst->second) worst = it;
+        }
+        kth_step = worst->first;
+      }
+    }
+    std::vector<std::int64_t> steps;
+    for (const auto& entry : best_k) steps.push_back(entry.first);
+    std::sort(steps.begin(), steps.end());
+    kept_after.push_back(steps);
+  }
+  return kept_after;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(model_checkpoint)
@@ -196,6 +235,67 @@ BOOST_AUTO_TEST_CASE(keeps_the_best_k_by_a_monitored_metric) {
   for (const auto& path : checkpoint->kept()) BOOST_CHECK_NO_THROW(read_checkpoint_payload(path));
 }
 
+BOOST_AUTO_TEST_CASE(keeps_the_top_k_as_lightning_with_ties_and_nan) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    std::vector<double> scores;
+    std::size_t k;
+    Mode mode;
+  };
+  const std::vector<Case> cases{
+      {{0.7, 0.7, 0.3, 0.3, 0.1}, 2, Mode::Min},  // issue 28: kept after 3 [2, 3]
+      {{0.4, 0.6, 0.6, 0.2, 0.6, 0.6, 0.1}, 2, Mode::Min},
+      {{0.5, nan, 0.4, nan, nan, 0.3, nan}, 2, Mode::Min},  // a later NaN never replaces
+      {{nan, nan, 0.9, nan}, 2, Mode::Max},
+      {{0.1, 0.3, 0.3, 0.2, 0.3, 0.9, 0.3}, 3, Mode::Max},
+  };
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    BOOST_TEST_CONTEXT("case " << c) {
+      const auto& [scores, k, mode] = cases[c];
+      const auto folder = scratch_path("model_checkpoint", "lightning_" + std::to_string(c));
+      CheckpointRun run(TrainerOptions().max_epochs(1));
+      // Placed after the checkpoint by priority: ModelCheckpoint's after(Role::Metrics) puts it
+      // first.
+      run.trainer.on(
+          Event::StepEnd, [&](State& s) { s.record_metric("score", scores[s.step - 1]); },
+          with_role(Role::Metrics).with_priority(100));
+      auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder)
+                                                              .every_n_steps(1)
+                                                              .every_n_epochs(0)
+                                                              .monitor("score")
+                                                              .mode(mode)
+                                                              .save_top_k(k)
+                                                              .save_last(false)
+                                                              .background(false));
+      run.trainer.add(checkpoint);
+      std::vector<std::vector<std::int64_t>> kept_after;
+      run.trainer.on(
+          Event::StepEnd,
+          [&](State&) {
+            std::vector<std::int64_t> steps;
+            for (const auto& kept : checkpoint->kept_checkpoints()) steps.push_back(kept.step);
+            std::sort(steps.begin(), steps.end());
+            kept_after.push_back(steps);
+          },
+          after(Role::Checkpoint));
+      run.fit(static_cast<int>(scores.size()));
+      const auto expected = lightning_top_k(scores, k, mode);
+      BOOST_TEST_REQUIRE(kept_after.size() == expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        BOOST_TEST_CONTEXT("after checkpoint " << i + 1) {
+          BOOST_TEST(kept_after[i] == expected[i], boost::test_tools::per_element());
+        }
+      }
+      // A NaN is kept as the worst value: +inf (Min) or -inf (Max), as Lightning stores it.
+      for (const auto& kept : checkpoint->kept_checkpoints()) {
+        if (std::isnan(scores[kept.step - 1])) {
+          BOOST_TEST(*kept.value == (mode == Mode::Min ? INFINITY : -INFINITY));
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
   const auto folder = scratch_path("model_checkpoint", "stop");
   {
@@ -211,11 +311,18 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
   CheckpointRun resumed(TrainerOptions().max_epochs(3));
   std::int64_t step_at_start = -1;
   resumed.trainer.on(Event::ActionStart, [&](State& s) { step_at_start = s.step; });
+  CapturedLog log;
   resumed.trainer.add(std::make_shared<ModelCheckpoint>(
       ModelCheckpointOptions(folder).every_n_epochs(0).resume(true)));
   resumed.fit();
   BOOST_TEST(step_at_start == 5);
   BOOST_TEST(resumed.trainer.state().step == 12);
+  // The log counts epochs from 0, as state.epoch and the file names do.
+  const auto lines = log.messages("info", "resumed from");
+  BOOST_TEST_REQUIRE(lines.size() == 1u);
+  BOOST_TEST(lines[0].find("epoch-001-step-000005.tbckpt at epoch 1, step 5, batch 1 of the "
+                           "epoch") != std::string::npos,
+             lines[0]);
 }
 
 BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {

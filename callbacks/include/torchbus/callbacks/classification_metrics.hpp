@@ -27,6 +27,16 @@ struct ClassificationMetricsOptions {
   TORCH_ARG(std::string, prefix) = "val_";
   /// Also record "<prefix>precision_class_<c>", "<prefix>recall_class_<c>", "<prefix>f1_class_<c>".
   TORCH_ARG(bool, per_class) = true;
+  /// Also record "<prefix>precision_micro", "<prefix>recall_micro", "<prefix>f1_micro": from the
+  /// counts summed over the classes (scikit-learn's average="micro"; the accuracy, for one label
+  /// per sample).
+  TORCH_ARG(bool, micro) = false;
+  /// Also record "<prefix>precision_weighted", "<prefix>recall_weighted", "<prefix>f1_weighted":
+  /// the per-class values weighted by the class's samples (scikit-learn's average="weighted").
+  TORCH_ARG(bool, weighted) = false;
+  /// Record "<prefix>accuracy_top_<k>" for each k: the fraction of samples whose class is among
+  /// the k highest scores (scikit-learn's top_k_accuracy_score); distinct, each in [1, C].
+  TORCH_ARG(std::vector<std::int64_t>, top_k) = {};
   /// Tensor holding the model's scores, shape [N, C] or [N, C, d...] (argmax over dim 1): by
   /// default State::batch_output(), else a tensor the eval step stores (find_step_tensor).
   TORCH_ARG(std::string, output) = std::string(tensor_names::kOutput);
@@ -44,7 +54,8 @@ struct ClassificationMetricsOptions {
 /// evaluation with tensor ops on the batches' device (no sync per batch). At EvalEnd it copies the
 /// matrix to the host once and records accuracy and macro precision, recall and F1 (means over
 /// all C classes; a ratio with a zero denominator counts as 0, as scikit-learn's
-/// zero_division=0), plus per-class values, and stores the matrix (int64) in the tensor store.
+/// zero_division=0), optionally micro and weighted averages, top-k accuracies (counted on the
+/// device too) and per-class values, and stores the matrix (int64) in the tensor store.
 /// Cancelled evaluation batches are skipped. Role::Metrics.
 class ClassificationMetrics : public Callback {
  public:
@@ -71,11 +82,16 @@ class ClassificationMetrics : public Callback {
   void load_state(torch::serialize::InputArchive& archive) override;
 
  private:
+  void count_rank_hits(const at::Tensor& output, const at::Tensor& target);
+  std::vector<std::string> metric_names() const;
+  std::int64_t max_top_k() const;
+
   ClassificationMetricsOptions options_;
   std::int64_t classes_ = 0;
   at::Tensor matrix_;               // flat C*C counts on the device, for the evaluation in progress
+  at::Tensor rank_hits_;            // [max k]: samples whose class has the j-th highest score
   at::Tensor last_;                 // C x C, CPU, last completed evaluation
-  std::vector<std::string> names_;  // metric names: 4 macro ones, then 3 per class
+  std::vector<std::string> names_;  // metric names, in the order on_eval_end records them
 };
 
 }  // namespace torchbus

@@ -5,6 +5,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/tensor_names.hpp>
 
 #include <chrono>
@@ -79,6 +80,8 @@ class CsvLogger : public Callback {
   void on_epoch_start(State& state) override;
   /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
   /// `flush_secs` have passed since the last flush.
+  /// Captures the learning rate of the step (written in its row at StepEnd).
+  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
   /// Flushes the rows, so that they do not wait while the evaluation runs.
   void on_eval_start(State& state) override;
@@ -116,7 +119,7 @@ class CsvLogger : public Callback {
   std::vector<std::size_t> tensor_cols_;  // column of each tensors_to_log entry
   std::size_t lr_col_ = 0;
   std::vector<bool> warned_;    // per tensor name: a problem was reported
-  bool warned_lr_ = false;      // the learning rate could not be read (reported once)
+  StepLearningRate lr_;         // the learning rate of the step a row is written for
   bool opened_before_ = false;  // an earlier action of this logger opened the file
   bool reconciled_ = true;      // existing rows were checked against the resume point
 };

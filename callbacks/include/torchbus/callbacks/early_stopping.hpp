@@ -34,7 +34,7 @@ struct EarlyStoppingOptions {
   TORCH_ARG(std::int64_t, patience) = 3;
   /// An improvement must beat the best value by more than this (>= 0).
   TORCH_ARG(double, min_delta) = 0.0;
-  /// Stop as soon as the metric reaches this value (Min: <=, Max: >=).
+  /// Stop as soon as the metric is better than this value (Min: <, Max: >; strict, as Lightning).
   TORCH_ARG(std::optional<double>, stopping_threshold) = std::nullopt;
   /// Stop as soon as the metric is worse than this value (Min: >, Max: <).
   TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
@@ -52,7 +52,7 @@ struct EarlyStoppingOptions {
 };
 
 /// Stops the run (state.request_stop, at the next step boundary) when the monitored metric has
-/// not improved for `patience` checks in a row (as Lightning and Keras), reached
+/// not improved for `patience` checks in a row (as Lightning and Keras), passed
 /// `stopping_threshold` or crossed `divergence_threshold`. A check reads the metric's newest point
 /// (a host sync if it was recorded as a tensor, once per check); a check with no new point since
 /// the previous one is skipped. Role::Monitor, after Role::Metrics (so before loggers and

@@ -1,19 +1,20 @@
 #pragma once
 
 /// \file
-/// LearningRateScheduler: warmup, cosine decay, one-cycle, step decay, reduce-on-plateau, any
-/// closed-form schedule, or a LibTorch scheduler, applied to every parameter group.
+/// LearningRateScheduler: a closed-form schedule (lr_schedule.hpp: PyTorch's schedulers, chained or
+/// any function), reduce-on-plateau or a LibTorch scheduler, applied to every parameter group.
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/lr_schedule.hpp>
 #include <torchbus/callbacks/metric_monitor.hpp>
 #include <torchbus/event.hpp>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/metric_names.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,56 +29,6 @@ namespace torchbus {
 
 /// When a schedule advances: after every optimizer step, or at the end of every epoch.
 enum class ScheduleInterval : std::uint8_t { Step, Epoch };
-
-/// Linear warmup: lr * (start_factor + (1 - start_factor) * t / warmup_steps), then lr.
-struct LinearWarmupOptions {
-  /// Warmup over `warmup_steps` schedule steps.
-  explicit LinearWarmupOptions(std::int64_t warmup_steps) : warmup_steps_(warmup_steps) {}
-  /// Schedule steps until the full learning rate (>= 1).
-  TORCH_ARG(std::int64_t, warmup_steps);
-  /// Fraction of the learning rate at t = 0, in [0, 1].
-  TORCH_ARG(double, start_factor) = 0.0;
-};
-
-/// Cosine decay from lr to min_lr over total_steps, after an optional linear warmup.
-struct CosineDecayOptions {
-  /// Decay (warmup included) over `total_steps` schedule steps.
-  explicit CosineDecayOptions(std::int64_t total_steps) : total_steps_(total_steps) {}
-  /// Schedule steps of warmup plus decay (>= 1); min_lr afterwards.
-  TORCH_ARG(std::int64_t, total_steps);
-  /// Linear warmup steps before the decay, in [0, total_steps).
-  TORCH_ARG(std::int64_t, warmup_steps) = 0;
-  /// Fraction of the learning rate at t = 0 when warming up, in [0, 1].
-  TORCH_ARG(double, warmup_start_factor) = 0.0;
-  /// Learning rate at the end of the decay (>= 0).
-  TORCH_ARG(double, min_lr) = 0.0;
-};
-
-/// One-cycle (Smith; PyTorch's OneCycleLR with cosine annealing): the optimizer's learning rate is
-/// the peak; from lr / div_factor up to lr over pct_start of total_steps, then down to
-/// lr / (div_factor * final_div_factor).
-struct OneCycleOptions {
-  /// One cycle over `total_steps` schedule steps.
-  explicit OneCycleOptions(std::int64_t total_steps) : total_steps_(total_steps) {}
-  /// Schedule steps of the cycle; the final learning rate afterwards.
-  TORCH_ARG(std::int64_t, total_steps);
-  /// Fraction of the cycle spent increasing the learning rate, in (0, 1).
-  TORCH_ARG(double, pct_start) = 0.3;
-  /// Initial learning rate = lr / div_factor (> 0).
-  TORCH_ARG(double, div_factor) = 25.0;
-  /// Final learning rate = initial learning rate / final_div_factor (> 0).
-  TORCH_ARG(double, final_div_factor) = 1e4;
-};
-
-/// Step decay: lr * gamma^floor(t / step_size).
-struct StepDecayOptions {
-  /// Decay every `step_size` schedule steps.
-  explicit StepDecayOptions(std::int64_t step_size) : step_size_(step_size) {}
-  /// Schedule steps between decays (>= 1).
-  TORCH_ARG(std::int64_t, step_size);
-  /// Multiplicative factor of each decay (> 0).
-  TORCH_ARG(double, gamma) = 0.1;
-};
 
 /// Reduce-on-plateau: multiply every group's learning rate by `factor` (not below min_lr) when the
 /// monitored metric has not improved for more than `patience` checks.
@@ -94,6 +45,9 @@ struct ReduceOnPlateauOptions {
   TORCH_ARG(std::int64_t, cooldown) = 0;
   /// Lower bound of every group's learning rate (>= 0).
   TORCH_ARG(double, min_lr) = 0.0;
+  /// A group's reduction is skipped when it would lower the rate by `eps` or less (old - new <=
+  /// eps), as PyTorch's ReduceLROnPlateau (>= 0).
+  TORCH_ARG(double, eps) = 1e-8;
   /// An improvement must beat the best value by more than this (>= 0).
   TORCH_ARG(double, min_delta) = 0.0;
   /// When to check: Event::EvalEnd (after every evaluation) or Event::EpochEnd.
@@ -113,10 +67,6 @@ struct LearningRateSchedulerOptions {
   TORCH_ARG(std::string, metric) = "lr";
 };
 
-/// A closed-form schedule: the learning rate after `t` schedule steps of a parameter group whose
-/// learning rate was `base_lr` when the run started.
-using LrLambda = std::function<double(std::int64_t t, double base_lr)>;
-
 /// Sets the learning rate of every parameter group from a schedule. Closed-form schedules are a
 /// function of the schedule step t (optimizer steps or epochs done): at ActionStart every group
 /// gets lr(t), and after each interval t advances and the groups get lr(t + 1). The base learning
@@ -124,20 +74,11 @@ using LrLambda = std::function<double(std::int64_t t, double base_lr)>;
 /// reduce-on-plateau, which reads its metric at each check. Role::Scheduler, after Role::Metrics.
 class LearningRateScheduler : public Callback {
  public:
-  /// Any closed-form schedule.
+  /// Any closed-form schedule function (t, base_lr) -> lr.
   explicit LearningRateScheduler(LrLambda schedule, LearningRateSchedulerOptions options = {});
-  /// Linear warmup; throws ConfigError for invalid options.
-  explicit LearningRateScheduler(const LinearWarmupOptions& warmup,
-                                 LearningRateSchedulerOptions options = {});
-  /// Cosine decay with optional warmup; throws ConfigError for invalid options.
-  explicit LearningRateScheduler(const CosineDecayOptions& cosine,
-                                 LearningRateSchedulerOptions options = {});
-  /// One-cycle; throws ConfigError for invalid options.
-  explicit LearningRateScheduler(const OneCycleOptions& one_cycle,
-                                 LearningRateSchedulerOptions options = {});
-  /// Step decay; throws ConfigError for invalid options.
-  explicit LearningRateScheduler(const StepDecayOptions& step_decay,
-                                 LearningRateSchedulerOptions options = {});
+  /// A closed-form schedule, e.g. CosineDecayOptions(1000) or SequentialOptions(...) (options
+  /// convert to LrSchedule, which throws ConfigError for invalid ones).
+  explicit LearningRateScheduler(LrSchedule schedule, LearningRateSchedulerOptions options = {});
   /// Reduce-on-plateau; throws ConfigError for invalid options.
   explicit LearningRateScheduler(ReduceOnPlateauOptions plateau,
                                  LearningRateSchedulerOptions options = {});
@@ -180,7 +121,7 @@ class LearningRateScheduler : public Callback {
   void check_plateau(State& state);
 
   Kind kind_;
-  LrLambda schedule_;
+  std::optional<LrSchedule> schedule_;  // Kind::Lambda
   ReduceOnPlateauOptions plateau_;
   std::shared_ptr<torch::optim::LRScheduler> libtorch_;
   LearningRateSchedulerOptions options_;

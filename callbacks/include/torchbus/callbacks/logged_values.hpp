@@ -4,6 +4,7 @@
 /// What loggers read from State each time they log (the learning rate, tensors by name), and the
 /// one warning a logger writes about a value it cannot read.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,26 @@ struct WarningSource {
 std::optional<double> learning_rate_or_warn_once(const State& state, bool& warned,
                                                  const WarningSource& source,
                                                  std::string_view consequence);
+
+/// The learning rate a logger writes for the step `state.step` counts: the rate of parameter group
+/// 0 that step ran with, captured at BeforeOptimizerStep (a per-step LearningRateScheduler already
+/// set the next step's rate at AfterOptimizerStep, before StepEnd). Without a capture for that step
+/// (nothing trained yet in this fit, the update skipped), the optimizer's current rate.
+class StepLearningRate {
+ public:
+  /// Keeps the optimizer's rate as the rate of step `state.step + 1` (call at
+  /// BeforeOptimizerStep); keeps nothing when it cannot be read.
+  void capture(const State& state) noexcept;
+  /// The rate captured for step `state.step`, else `learning_rate_or_warn_once(state, ...)` (one
+  /// warning in all, when the rate cannot be read).
+  std::optional<double> read(const State& state, const WarningSource& source,
+                             std::string_view consequence);
+
+ private:
+  std::int64_t step_ = -1;  // the step whose rate lr_ is
+  double lr_ = 0.0;
+  bool warned_ = false;
+};
 
 /// The tensor a built-in's option names, e.g. `TerminateOnNaNOptions::tensors`: the names of
 /// tensor_names.hpp stand for the step's typed values (`kLoss`: `state.batch_loss()` while a batch

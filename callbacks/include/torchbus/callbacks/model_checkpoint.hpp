@@ -52,13 +52,15 @@ struct ModelCheckpointOptions {
   void validate() const;
 };
 
-/// Saves checkpoints of the trainer it is added to. Role::Checkpoint, after Role::Monitor,
-/// Role::Scheduler, Role::WeightAveraging and Role::Logger (so a checkpoint holds their state as
-/// of its step and every logged row up to it); rank 0 only. A step checkpoint whose step is
-/// followed by a validation is taken after it (at EvalEnd), so that it is ranked by that
-/// validation; one taken before the epoch's validation is taken again at EpochEnd. Before the
-/// monitored metric exists, checkpoints are kept unranked (newest first, after every ranked one)
-/// with one warning.
+/// Saves checkpoints of the trainer it is added to. Role::Checkpoint, after Role::Metrics (so it is
+/// ranked by the value of its step), Role::Monitor, Role::Scheduler, Role::WeightAveraging and
+/// Role::Logger (so a checkpoint holds their state as of its step and every logged row up to it);
+/// rank 0 only. A step checkpoint whose step is followed by a validation is taken after it (at
+/// EvalEnd), so that it is ranked by that validation; one taken before the epoch's validation is
+/// taken again at EpochEnd. Ranks as Lightning's top k: a NaN value ranks worst, among equal values
+/// the newer ranks first, but a new checkpoint must be strictly better than the worst of a full top
+/// k to enter it. Before the monitored metric exists, checkpoints are kept unranked (newest first,
+/// after every ranked one) with one warning.
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(ModelCheckpointOptions options);

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/tensor_names.hpp>
 
 #include <chrono>
@@ -55,6 +56,8 @@ class SimpleLogger : public Callback {
   /// Remembers where step timing starts (the first epoch of an action, also after a resume).
   void on_epoch_start(State& state) override;
   /// Logs the tensors when `state.step` is a multiple of `step_freq`.
+  /// Captures the learning rate of the step (logged at StepEnd).
+  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
 
  private:
@@ -68,7 +71,7 @@ class SimpleLogger : public Callback {
   Clock::time_point mark_time_;  // when timing last restarted
   std::int64_t mark_step_ = -1;  // state.step then (-1: not yet in this action)
   std::vector<bool> warned_;     // per tensor name: missing or unusable was reported
-  bool warned_lr_ = false;       // the learning rate could not be read (reported once)
+  StepLearningRate lr_;          // the learning rate of the step a line is written for
   std::string line_;             // reused message buffer
 };
 

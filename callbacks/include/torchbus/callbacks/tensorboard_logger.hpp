@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/tensor_names.hpp>
 
 #include <array>
@@ -118,6 +119,8 @@ class TensorBoardLogger : public Callback {
   /// In a step that will be written: keeps the batch's tensors of `tensors_to_log` for StepEnd.
   void on_batch_end(State& state) override;
   /// Writes the tensors and the learning rate when the step is due.
+  /// Captures the learning rate of the step (written at StepEnd).
+  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
   /// When the action starts with an evaluation: takes the point it starts from.
   void on_eval_start(State& state) override;
@@ -167,7 +170,7 @@ class TensorBoardLogger : public Callback {
   std::vector<std::string> tags_;     // "train/<name>" per tensors_to_log entry
   std::vector<at::Tensor> captured_;  // per tensors_to_log entry: kept at BatchEnd
   std::vector<bool> warned_;          // per tensors_to_log entry: a problem was reported
-  bool warned_lr_ = false;            // the learning rate could not be read (reported once)
+  StepLearningRate lr_;               // the learning rate of the step written
   bool begun_ = false;                // the action's first EpochStart or EvalStart was seen
   std::int64_t resume_step_ = 0;      // the step the action started from (> 0: a resume)
   std::map<std::string, std::size_t> written_;  // metric -> points already written
