@@ -6,6 +6,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/state_dict.hpp>
 #include <torchbus/trainer.hpp>
 
 #include <algorithm>
@@ -17,6 +18,13 @@
 namespace torchbus {
 
 namespace fs = std::filesystem;
+
+namespace {
+/// The state_dict file exported next to `checkpoint`: its name with `.pt` for `.tbckpt`.
+fs::path state_dict_path(fs::path checkpoint) {
+  return checkpoint.replace_extension(".pt");
+}
+}  // namespace
 
 void ModelCheckpointOptions::validate() const {
   TORCHBUS_CHECK(!directory_.empty(), ConfigError, "ModelCheckpoint needs a directory");
@@ -163,6 +171,7 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
   } else {
     state.trainer().save_checkpoint(path);
   }
+  if (options_.export_state_dict()) export_state_dict(state, path);
   last_saved_step_ = state.step;
   last_saved_epoch_ = state.epoch;
   last_saved_evaluations_ = evaluations_;
@@ -195,6 +204,7 @@ void ModelCheckpoint::prune() {
     } else {
       std::error_code error;
       fs::remove(kept_[i].path, error);
+      fs::remove(state_dict_path(kept_[i].path), error);
     }
   }
   kept_ = std::move(remaining);
@@ -203,6 +213,20 @@ void ModelCheckpoint::prune() {
 void ModelCheckpoint::link_last(const fs::path& newest) const {
   replace_with_symlink(options_.directory() / (std::string("last") + kCheckpointExtension),
                        newest.filename());
+  if (options_.export_state_dict()) {
+    replace_with_symlink(state_dict_path(options_.directory() / "last"),
+                         state_dict_path(newest).filename());
+  }
+}
+
+void ModelCheckpoint::export_state_dict(State& state, const fs::path& checkpoint) {
+  const auto path = state_dict_path(checkpoint);
+  auto bytes = state_dict_bytes(state_dict_of(state.trainer().module()));
+  if (writer_) {
+    writer_->write(path, std::move(bytes));
+  } else {
+    write_file_atomically(path, bytes);
+  }
 }
 
 std::vector<fs::path> ModelCheckpoint::kept() const {

@@ -45,6 +45,10 @@ struct ModelCheckpointOptions {
   TORCH_ARG(bool, background) = true;
   /// When the folder holds a valid checkpoint, resume the next fit from the newest one.
   TORCH_ARG(bool, resume) = false;
+  /// Also write the model's weights as a state_dict file next to each checkpoint (its name with
+  /// `.pt` for `.tbckpt`; `last.pt` links the newest), which Python's torch.load reads
+  /// (docs/interop.md); removed with its checkpoint.
+  TORCH_ARG(bool, export_state_dict) = false;
 
  public:
   /// Throws ConfigError naming the first option out of range.
@@ -99,6 +103,7 @@ class ModelCheckpoint : public Callback {
   std::optional<double> score_of(const State& state);  // nothing: the metric does not exist yet
   void prune();
   void link_last(const std::filesystem::path& newest) const;
+  void export_state_dict(State& state, const std::filesystem::path& checkpoint);
 
   ModelCheckpointOptions options_;
   std::unique_ptr<CheckpointWriter> writer_;
