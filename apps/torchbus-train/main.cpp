@@ -948,6 +948,8 @@ int run(Flags flags) {
   log->info("data: {}", data.description);
   auto batches = rank_batches(flags, data, *group);
   trainer.add(std::make_shared<train::Accuracy>());
+  add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
+  // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
   if (flags.validate) {
     if (resuming) trainer.load_checkpoint(resume_from);
     std::optional<fs::path> summary_file;
@@ -956,7 +958,6 @@ int run(Flags flags) {
                             resuming ? resume_from.string() : flags.init_from, describe_run(flags),
                             identity, world_size, summary_file);
   }
-  add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
   const auto outputs =
       torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
                                                    .run_dir(out.string())

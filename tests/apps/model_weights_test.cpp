@@ -33,12 +33,14 @@ bool has(const std::string& text, const std::string& part) {
 
 BOOST_AUTO_TEST_SUITE(model_weights)
 
-// model.pt holds what params_sha256 is of; --init-from model.pt --validate evaluates exactly those
-// weights (the same validation loss and accuracy as the run's last validation) and trains nothing;
+// model.pt holds what params_sha256 is of (the EMA average); --init-from model.pt --validate
+// evaluates exactly those weights (the same validation loss and accuracy as the run's last
+// validation) and trains nothing;
 // --validate --resume evaluates the run's checkpoint into validation.json, leaving summary.json.
 BOOST_AUTO_TEST_CASE(model_pt_is_the_final_weights_and_validate_evaluates_them) {
   const auto run = scratch("model_weights", "run");
-  BOOST_TEST_REQUIRE(run_train(kShortRun + "--out " + run.string()).status == 0);
+  // With EMA on, the run ends with (and validates, and hashes) the average: model.pt holds it.
+  BOOST_TEST_REQUIRE(run_train(kShortRun + "--ema 0.9 --out " + run.string()).status == 0);
   const auto trained = read_text(run / "summary.json");
   BOOST_TEST(torchbus::read_state_dict(run / "model.pt").size() == 6u);  // 3 Linear layers
 
@@ -56,7 +58,7 @@ BOOST_AUTO_TEST_CASE(model_pt_is_the_final_weights_and_validate_evaluates_them) 
   BOOST_TEST(!fs::exists(validated / "model.pt"));
   BOOST_TEST(!fs::exists(validated / "checkpoints"));
 
-  const auto resumed = run_train(kShortRun + "--resume --validate --out " + run.string());
+  const auto resumed = run_train(kShortRun + "--ema 0.9 --resume --validate --out " + run.string());
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   const auto validation = read_text(run / "validation.json");
   BOOST_TEST(json_number(validation, "final_val_loss") == json_number(trained, "final_val_loss"));
