@@ -42,6 +42,7 @@ class Checks:
         self.tool = tool
         self.work = work
         self.failures = []
+        self.bad_files = []  # (path, parts of the message, loaded with --lax)
 
     def path(self, name):
         return os.path.join(self.work, name)
@@ -94,13 +95,25 @@ class Checks:
                        "Python -> C++ -> Python bit-equal %s" % name)
 
     def rejected(self, name, write, parts, lax=False):
+        """Writes the file `name` with write(path); checked by check_rejected()."""
         path = self.path(name)
         write(path)
-        result = self.run_tool("load", path, *(["--lax"] if lax else []))
-        message = result.stderr
-        self.check(result.returncode == 1 and path in message
-                   and all(part in message for part in parts),
-                   "%s refused naming the file and %s: %s" % (name, parts, message.strip()))
+        self.bad_files.append((path, parts, lax))
+
+    def check_rejected(self):
+        """Loads every bad file in one run of the tool: each is refused naming it and `parts`."""
+        for lax in (False, True):
+            files = [entry for entry in self.bad_files if entry[2] == lax]
+            result = self.run_tool("load", *(["--lax"] if lax else []),
+                                   *(path for path, _, _ in files))
+            lines = result.stdout.splitlines()
+            self.check(result.returncode == 0 and len(lines) == len(files),
+                       "the tool reports on every bad file: " + result.stderr)
+            for (path, parts, _), line in zip(files, lines):
+                self.check(line.startswith(path + ": ") and not line.endswith(": ok")
+                           and all(part in line for part in parts),
+                           "%s refused naming the file and %s: %s"
+                           % (os.path.basename(path), parts, line))
 
     def errors(self):
         good = patterned(5)
@@ -162,6 +175,7 @@ def main():
     checks.python_to_cpp()
     checks.random_round_trip()
     checks.errors()
+    checks.check_rejected()
     if checks.failures:
         print("%d check(s) failed" % len(checks.failures))
         return 1

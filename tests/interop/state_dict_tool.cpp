@@ -3,7 +3,8 @@
 //   state_dict_tool save FILE           weights = pattern 0, saved with save_state_dict
 //   state_dict_tool expect FILE         loads FILE (strict); exit 1 unless weights = pattern 5
 //   state_dict_tool resave IN OUT       loads IN (strict), saves the weights to OUT
-//   state_dict_tool load FILE [--lax]   loads FILE (strict unless --lax); errors on stderr, exit 1
+//   state_dict_tool load [--lax] FILE...  loads each FILE (strict unless --lax) into a fresh
+//                                         network; prints "FILE: ok" or the error, one line each
 
 #include <torch/torch.h>
 #include <torchbus/error.hpp>
@@ -74,7 +75,15 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (command == "load") {
-    torchbus::load_state_dict(*net, args.at(1), args.size() < 3 || args.at(2) != "--lax");
+    const bool strict = args.at(1) != "--lax";
+    for (std::size_t i = strict ? 1 : 2; i < args.size(); ++i) {
+      try {
+        torchbus::load_state_dict(*network(), args[i], strict);
+        std::cout << args[i] << ": ok\n";
+      } catch (const torchbus::CheckpointError& error) {
+        std::cout << error.what() << "\n";
+      }
+    }
     return 0;
   }
   std::cerr << "unknown command " << command << "\n";
@@ -85,7 +94,7 @@ int run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: state_dict_tool save|expect|resave|load FILE [OUT|--lax]\n";
+    std::cerr << "usage: state_dict_tool save|expect|resave|load [--lax] FILE [OUT|FILE...]\n";
     return 2;
   }
   try {
