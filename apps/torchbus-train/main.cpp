@@ -10,6 +10,7 @@
 #include "run_directory.hpp"
 #include "run_lock.hpp"
 #include "run_start.hpp"
+#include "sha256.hpp"
 #include "shuffled_batches.hpp"
 #include "startup_signals.hpp"
 #include "stop_signals.hpp"
@@ -80,6 +81,8 @@ struct Flags {
   bool terminate_on_nan = true;
   double time_limit = 0.0;
   bool find_lr = false;
+  std::string init_from;  // a state_dict file (empty: none)
+  bool validate = false;
 };
 
 /// `value` as text with up to six significant digits (3.40282e+38, 0.5).
@@ -314,7 +317,8 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(at_least(0));
   app.add_option("--out", flags.out,
                  "run directory (created); one that already holds a run needs --resume or "
-                 "--overwrite")
+                 "--overwrite. The run writes OUT/model.pt, its final weights as a state_dict "
+                 "Python's torch.load reads (docs/interop.md)")
       ->check(non_empty("a directory path"));
   const auto hardware_threads = static_cast<std::int64_t>(std::thread::hardware_concurrency());
   app.add_option("--threads", flags.threads,
@@ -338,8 +342,17 @@ void describe_flags(CLI::App& app, Flags& flags) {
       "options that change the result); with no checkpoint yet, start it from scratch");
   app.add_flag("--overwrite", flags.overwrite,
                "replace the run in OUT: remove its outputs (log, checkpoints, metrics, "
-               "TensorBoard files, report, summary) first")
+               "TensorBoard files, report, summary, model.pt) first")
       ->excludes(resume);
+  app.add_option("--init-from", flags.init_from,
+                 "start from the weights of a state_dict FILE: Python's torch.save(model."
+                 "state_dict(), FILE) of the same network (docs/interop.md) or a run's "
+                 "OUT/model.pt; every name and shape must match; the file's SHA-256 enters the "
+                 "run's identity");
+  app.add_flag("--validate", flags.validate,
+               "evaluate the --init-from or --resume weights on the validation data and train "
+               "nothing: writes OUT/summary.json (with --resume OUT/validation.json, keeping the "
+               "run's summary) with the validation loss and accuracy");
   app.add_flag("--csv,!--no-csv", flags.csv, "CsvLogger: write OUT/metrics.csv (on)");
   app.add_flag("--tensorboard,!--no-tensorboard", flags.tensorboard,
                "TensorBoardLogger: write event files to OUT/tensorboard (on); view them with "
@@ -515,6 +528,13 @@ void check_flag_combinations(const Flags& flags) {
                                  "nothing: it cannot be combined with ") +
                      (flags.resume ? "--resume" : "--find-lr"));
   }
+  if (flags.validate && flags.init_from.empty() && !flags.resume) {
+    throw UsageError("--validate evaluates given weights: it needs --init-from FILE or --resume");
+  }
+  if (flags.validate && (flags.find_lr || flags.fast_dev_run > 0)) {
+    throw UsageError(std::string("--validate trains nothing: it cannot be combined with ") +
+                     (flags.find_lr ? "--find-lr" : "--fast-dev-run"));
+  }
   try {
     torchbus::check_precision_supported(torchbus::parse_precision(flags.precision), torch::kCPU);
   } catch (const torchbus::ConfigError& error) {
@@ -608,7 +628,8 @@ train::JsonObject describe_run(const Flags& flags) {
           {"seed", static_cast<std::int64_t>(flags.seed)},
           {"val_every", flags.val_every},
           {"val_every_steps", flags.val_every_steps},
-          {"threads", flags.threads}};
+          {"threads", flags.threads},
+          {"init_from", flags.init_from}};
 }
 
 /// The data source with file paths made absolute, so that a resume from elsewhere matches.
@@ -625,7 +646,8 @@ std::string canonical_data(const std::string& spec) {
 /// of ranks (each reads its shard). Written into identity.txt, every checkpoint and summary.json;
 /// --resume continues only a run of the same. Options added since a release appear only when set,
 /// so that the runs of that release still resume.
-std::string run_identity(const Flags& flags, bool cnn, int world_size) {
+std::string run_identity(const Flags& flags, bool cnn, int world_size,
+                         const std::string& init_from_sha256) {
   std::string hidden;
   for (const auto width : flags.hidden)
     hidden += (hidden.empty() ? "" : ",") + std::to_string(width);
@@ -653,6 +675,7 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size) {
   if (flags.swa_start > 0) {
     identity += fmt::format("swa_start={}\nswa_lr={}\n", flags.swa_start, flags.swa_lr);
   }
+  if (!init_from_sha256.empty()) identity += fmt::format("init_from_sha256={}\n", init_from_sha256);
   return identity;
 }
 
@@ -782,6 +805,45 @@ void report_lr_found(const torchbus::LRFinderResult& found, const fs::path& out,
   report->add_chart(std::move(chart));
 }
 
+/// Loads the state_dict file `path` into `model` (strict); returns the file's SHA-256. A file that
+/// does not fit the model is a usage error naming the file and the keys.
+std::string initialize_from(const std::string& path, torch::nn::Module& model) {
+  try {
+    torchbus::load_state_dict(model, path);
+  } catch (const torchbus::CheckpointError& error) {
+    throw UsageError(std::string("--init-from: ") + error.what());
+  }
+  return train::file_sha256(path);
+}
+
+/// --validate: evaluates the model's weights (--init-from's, or the --resume checkpoint's) on the
+/// validation data and writes what it found to `summary_file` (rank 0); trains nothing.
+int validate_weights(torchbus::Trainer& trainer, const torch::nn::Module& model,
+                     torchbus::BatchSource& validation, const std::string& weights,
+                     const train::JsonObject& run_options, const std::string& identity,
+                     int world_size, const std::optional<fs::path>& summary_file) {
+  const double loss = trainer.evaluate_source(validation);
+  const auto& state = trainer.state();
+  const double accuracy = latest_or_nan(state.metrics, "val_accuracy");
+  torchbus::logger()->info("validated {}: val loss {:.4f} accuracy {:.3f}", weights, loss,
+                           accuracy);
+  if (!summary_file) return 0;
+  const train::JsonObject summary = {{"options", run_options},
+                                     {"identity", identity},
+                                     {"world_size", world_size},
+                                     {"validated", weights},
+                                     {"steps", state.step},
+                                     {"final_val_loss", loss},
+                                     {"final_val_accuracy", accuracy},
+                                     {"stop_reason", "validated"},
+                                     {"exit_code", 0},
+                                     {"params_sha256", train::parameters_sha256(model)}};
+  const auto text = summary.dump(2, ' ', false, train::JsonObject::error_handler_t::replace);
+  torchbus::write_file_atomically(*summary_file, text + "\n");
+  torchbus::logger()->info("summary in {}", summary_file->string());
+  return 0;
+}
+
 /// Set once training started: from then on every failure is a runtime failure (exit 1).
 bool training_started = false;
 
@@ -796,8 +858,8 @@ train::RunStart take_run_directory(const Flags& flags, const std::string& identi
                  "cannot create the run directory '", flags.out,
                  "': ", error ? error.message() : "a file of that name exists");
   lock.emplace(out);
-  auto start = train::prepare_run_directory(
-      {out, flags.resume, flags.overwrite, identity, flags.epochs, flags.max_steps});
+  auto start = train::prepare_run_directory({out, flags.resume, flags.overwrite, identity,
+                                             flags.epochs, flags.max_steps, flags.validate});
   std::ofstream probe(out / "train.log", std::ios::app);
   TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
                  "' is not writable");
@@ -832,11 +894,13 @@ int run(Flags flags) {
     check_shardable(flags, data, world_size);
     check_batch_limits(flags, rank_batches(flags, data, *group));
     model = make_model(flags, data);
+    std::string init_from_sha256;
+    if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
     if (flags.find_lr) {
       lr_found = find_lr(flags, data, model, world_size);
       flags.lr = *lr_found->suggestion;  // in the identity, the options and the summary
     }
-    identity = run_identity(flags, uses_cnn(flags, data), world_size);
+    identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256);
     exit_if_signalled_during_startup();
   });
 
@@ -851,7 +915,7 @@ int run(Flags flags) {
   const bool resuming = !resume_from.empty();
   if (writes_outputs) log_to(out, flags.resume);
   auto log = torchbus::logger();
-  if (!finished.empty()) {
+  if (!finished.empty() && !flags.validate) {
     // Its checkpoint holds the decision that ended it: resuming changes nothing.
     log->info(
         "already finished: {}; nothing to train (checkpoint {}), the run's outputs are kept{}",
@@ -894,6 +958,15 @@ int run(Flags flags) {
   auto batches = rank_batches(flags, data, *group);
   trainer.add(std::make_shared<train::Accuracy>());
   add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
+  // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
+  if (flags.validate) {
+    if (resuming) trainer.load_checkpoint(resume_from);
+    std::optional<fs::path> summary_file;
+    if (writes_outputs) summary_file = out / (resuming ? "validation.json" : "summary.json");
+    return validate_weights(trainer, *model, batches.validation,
+                            resuming ? resume_from.string() : flags.init_from, describe_run(flags),
+                            identity, world_size, summary_file);
+  }
   const auto outputs =
       torchbus::add_default_callbacks(trainer, torchbus::DefaultCallbacksOptions()
                                                    .run_dir(out.string())
@@ -1025,7 +1098,11 @@ int run(Flags flags) {
     }
     throw;
   }
-  if (writes_outputs) write_summary(stop_reason, exit_code, seconds);
+  if (writes_outputs) {
+    // The final weights (the EMA or SWA average when on), as summary.json's params_sha256.
+    torchbus::save_state_dict(*model, out / "model.pt");
+    write_summary(stop_reason, exit_code, seconds);
+  }
   const auto& failures = trainer.bus().subscriber_failures();
   const auto disabled = std::count_if(failures.begin(), failures.end(),
                                       [](const auto& failure) { return failure.disabled; });

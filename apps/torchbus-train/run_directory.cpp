@@ -11,9 +11,9 @@ namespace train {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& run_outputs() {
-  static const std::vector<std::string> outputs{"train.log",   "identity.txt", "summary.json",
-                                                "metrics.csv", "report.html",  "tensorboard",
-                                                "checkpoints"};
+  static const std::vector<std::string> outputs{"train.log",   "identity.txt",    "summary.json",
+                                                "model.pt",    "validation.json", "metrics.csv",
+                                                "report.html", "tensorboard",     "checkpoints"};
   return outputs;
 }
 

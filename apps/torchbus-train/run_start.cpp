@@ -87,7 +87,8 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
     if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
     const auto reason = finished_reason(*ours, request);
     if (!reason.empty() && summary_tells(out, reason)) return {ours->path, reason};
-    remove_outputs(out, {"summary.json"});  // a resume that fails must not look finished
+    // A resume that fails must not look finished (model.pt goes with summary.json).
+    if (!request.validate) remove_outputs(out, {"summary.json", "model.pt"});
     return {ours->path, {}};
   }
   if (!unusable.empty()) {
@@ -110,6 +111,8 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
         "another --out, or --overwrite",
         out.string(), torchbus::identity_differences(*recorded, request.identity)));
   }
+  TORCHBUS_CHECK(!request.validate, torchbus::ConfigError, "--validate --resume: ", out.string(),
+                 " holds no checkpoint of this run to validate");
   log->warn("--resume: {} holds no checkpoint of this run yet; starting it from scratch",
             checkpoints.string());
   std::vector<std::string> partial;  // what an attempt killed before its first checkpoint left

@@ -17,6 +17,7 @@ struct RunDirectoryRequest {
   std::string identity;         ///< the run's identity
   std::int64_t epochs = 0;      ///< --epochs
   std::int64_t max_steps = -1;  ///< --max-steps (-1: none)
+  bool validate = false;        ///< --validate: a resume only picks the checkpoint, changes nothing
 };
 
 /// How the run starts.

@@ -1,5 +1,6 @@
 #include "sha256.hpp"
 
+#include <fstream>
 #include <new>
 #include <stdexcept>
 
@@ -33,6 +34,18 @@ std::string Sha256::hex_digest() {
     hex += digits[digest[i] & 0xf];
   }
   return hex;
+}
+
+std::string file_sha256(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string() + " to hash it");
+  Sha256 hash;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    hash.update(buffer, static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) throw std::runtime_error("cannot read " + path.string() + " to hash it");
+  return hash.hex_digest();
 }
 
 }  // namespace train

@@ -1,11 +1,12 @@
 #pragma once
 
 // SHA-256 (FIPS 180-4) through OpenSSL's EVP digest API, for the checksum of a run's final
-// parameters.
+// parameters and of the files a run starts from.
 
 #include <openssl/evp.h>
 
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -23,5 +24,9 @@ class Sha256 {
  private:
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context_;
 };
+
+/// The SHA-256 of the file at `path` (64 lowercase hex digits); throws std::runtime_error naming
+/// the file when it cannot be read.
+std::string file_sha256(const std::filesystem::path& path);
 
 }  // namespace train

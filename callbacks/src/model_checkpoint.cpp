@@ -6,6 +6,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/state_dict.hpp>
 #include <torchbus/trainer.hpp>
 
 #include <algorithm>
@@ -17,6 +18,13 @@
 namespace torchbus {
 
 namespace fs = std::filesystem;
+
+namespace {
+/// The state_dict file exported next to `checkpoint`: its name with `.pt` for `.tbckpt`.
+fs::path state_dict_path(fs::path checkpoint) {
+  return checkpoint.replace_extension(".pt");
+}
+}  // namespace
 
 void ModelCheckpointOptions::validate() const {
   TORCHBUS_CHECK(!directory_.empty(), ConfigError, "ModelCheckpoint needs a directory");
@@ -171,14 +179,29 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
   } else {
     state.trainer().save_checkpoint(path);
   }
+  // The weights as a state_dict file Python reads, when exported: taken now, written after the
+  // checkpoint.
+  std::string weights;
+  if (options_.export_state_dict()) {
+    weights = state_dict_bytes(state_dict_of(state.trainer().module()));
+  }
   // Once the file is durable (never before: the link must not point at a file being written, and
-  // older checkpoints go only when a newer one can replace them): move the link, remove the pruned.
+  // older checkpoints go only when a newer one can replace them): export the weights, move the
+  // links, remove the pruned checkpoints and their weights.
   auto after_durable = [last = options_.save_last() ? last_link() : fs::path(), path,
-                        pruned = prune()] {
-    if (!last.empty()) replace_with_symlink(last, path.filename());
+                        pruned = prune(), export_weights = options_.export_state_dict(),
+                        weights = std::move(weights)] {
+    if (export_weights) write_file_atomically(state_dict_path(path), weights);
+    if (!last.empty()) {
+      replace_with_symlink(last, path.filename());
+      if (export_weights) {
+        replace_with_symlink(state_dict_path(last), state_dict_path(path).filename());
+      }
+    }
     for (const auto& file : pruned) {
       std::error_code error;
       fs::remove(file, error);
+      fs::remove(state_dict_path(file), error);
     }
   };
   if (writer_) {

@@ -4,12 +4,14 @@
 #include <support/fixtures.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/state_dict.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 
 using namespace torchbus;
@@ -294,6 +296,45 @@ BOOST_AUTO_TEST_CASE(keeps_the_top_k_as_lightning_with_ties_and_nan) {
       }
     }
   }
+}
+
+// export_state_dict: a state_dict file with the weights of each checkpoint kept, pruned with it.
+BOOST_AUTO_TEST_CASE(exports_the_weights_of_what_it_keeps_as_state_dicts) {
+  const auto folder = scratch_path("model_checkpoint", "export");
+  CheckpointRun run(TrainerOptions().max_epochs(1));
+  const std::vector<double> scores{0.9, 0.2, 0.8, 0.1, 0.7, 0.6};
+  std::map<std::int64_t, NamedTensors> weights;  // by step
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    s.record_metric("score", scores[s.step - 1]);
+    for (const auto& [name, tensor] : state_dict_of(*s.model)) {
+      weights[s.step].emplace_back(name, tensor.detach().clone());
+    }
+  });
+  run.trainer.add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder)
+                                                        .every_n_steps(1)
+                                                        .every_n_epochs(0)
+                                                        .monitor("score")
+                                                        .save_top_k(2)
+                                                        .export_state_dict(true)));
+  run.fit(6);
+  BOOST_TEST(entry_names(folder) ==
+                 (std::set<std::string>{"epoch-000-step-000002.tbckpt", "epoch-000-step-000002.pt",
+                                        "epoch-000-step-000004.tbckpt", "epoch-000-step-000004.pt",
+                                        "epoch-000-step-000006.tbckpt", "epoch-000-step-000006.pt",
+                                        "last.tbckpt", "last.pt"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(fs::read_symlink(folder / "last.pt") == "epoch-000-step-000006.pt");
+  for (const std::int64_t step : {2, 4, 6}) {
+    char name[32];
+    std::snprintf(name, sizeof name, "epoch-000-step-%06lld.pt", static_cast<long long>(step));
+    const auto exported = read_state_dict(folder / name);
+    BOOST_TEST_REQUIRE(exported.size() == weights[step].size(), name);
+    for (std::size_t i = 0; i < exported.size(); ++i) {
+      BOOST_TEST(exported[i].first == weights[step][i].first);
+      BOOST_TEST(torch::equal(exported[i].second, weights[step][i].second), name);
+    }
+  }
+  BOOST_TEST(!torch::equal(weights[2].front().second, weights[4].front().second));
 }
 
 BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {

@@ -102,8 +102,8 @@ TIME_LIMIT_FLAGS, TIME_LIMIT_EPOCHS = ["--time-limit", "0.5"], 1000  # the limit
 NAN_FLAGS = ["--optimizer", "sgd", "--lr", "1e30"]  # non-finite loss within a few steps
 EARLY_STOP_FLAGS, EARLY_STOP_EPOCHS = ["--early-stopping", "1"], 30
 
-ALLOWED_OUT = {"train.log", "identity.txt", "summary.json", "metrics.csv", "report.html",
-               "tensorboard", "checkpoints"}
+ALLOWED_OUT = {"train.log", "identity.txt", "summary.json", "model.pt", "metrics.csv",
+               "report.html", "tensorboard", "checkpoints"}
 SANITIZER = re.compile(r"AddressSanitizer|runtime error:|LeakSanitizer|UndefinedBehaviorSanitizer")
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}
 

@@ -31,6 +31,7 @@
 #include <torchbus/role.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/state_dict.hpp>
 #include <torchbus/subscription.hpp>
 #include <torchbus/system_error_text.hpp>
 #include <torchbus/tensor_names.hpp>

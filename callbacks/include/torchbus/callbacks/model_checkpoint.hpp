@@ -46,6 +46,10 @@ struct ModelCheckpointOptions {
   TORCH_ARG(bool, background) = true;
   /// When the folder holds a valid checkpoint, resume the next fit from the newest one.
   TORCH_ARG(bool, resume) = false;
+  /// Also write the model's weights as a state_dict file next to each checkpoint (its name with
+  /// `.pt` for `.tbckpt`; `last.pt` links the newest), which Python's torch.load reads
+  /// (docs/interop.md); removed with its checkpoint.
+  TORCH_ARG(bool, export_state_dict) = false;
 
  public:
   /// Throws ConfigError naming the first option out of range.

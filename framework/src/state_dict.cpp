@@ -1,0 +1,211 @@
+#include <torchbus/atomic_file.hpp>
+#include <torchbus/error.hpp>
+#include <torchbus/state_dict.hpp>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+#include <torch/utils.h>
+
+#include "state_dict_pickle.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+namespace torchbus {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The first bytes of a zip archive's first local file header.
+constexpr char kZipMagic[4] = {'P', 'K', '\x03', '\x04'};
+
+CheckpointError file_error(const fs::path& path, const std::string& what) {
+  return CheckpointError(detail::concat(path.string(), ": ", what));
+}
+
+bool starts_like_zip(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof(kZipMagic)] = {};
+  in.read(magic, sizeof(magic));
+  return in.gcount() == sizeof(magic) && std::memcmp(magic, kZipMagic, sizeof(magic)) == 0;
+}
+
+std::string record(caffe2::serialize::PyTorchStreamReader& reader, const std::string& name) {
+  auto [data, size] = reader.getRecord(name);
+  return std::string(static_cast<const char*>(data.get()), size);
+}
+
+// The dict a state_dict pickle holds, checked to map strings to tensors.
+NamedTensors named_tensors(const c10::IValue& value) {
+  TORCHBUS_CHECK(value.isGenericDict(), DataError, "it holds a ", value.tagKind(),
+                 ", not a dict of str -> tensor");
+  NamedTensors tensors;
+  for (const auto& entry : value.toGenericDict()) {
+    TORCHBUS_CHECK(entry.key().isString(), DataError, "a key is a ", entry.key().tagKind(),
+                   ", not a str: not a dict of str -> tensor");
+    const auto& name = entry.key().toStringRef();
+    TORCHBUS_CHECK(entry.value().isTensor(), DataError, "'", name, "' holds a ",
+                   entry.value().tagKind(), ", not a tensor: not a dict of str -> tensor");
+    tensors.emplace_back(name, entry.value().toTensor());
+  }
+  return tensors;
+}
+
+NamedTensors read_archive(const fs::path& path) {
+  caffe2::serialize::PyTorchStreamReader reader(path.string());
+  if (reader.hasRecord("constants.pkl")) {
+    throw file_error(path,
+                     "a TorchScript archive (torch.jit.save, torch::save of a module), not a "
+                     "state_dict: save model.state_dict() with torch.save");
+  }
+  if (!reader.hasRecord("data.pkl")) {
+    throw file_error(path, "a zip archive without data.pkl: not written by torch.save");
+  }
+  const std::string pickle = detail::unpicklable_state_dict(record(reader, "data.pkl"));
+  std::size_t position = 0;
+  torch::jit::Unpickler unpickler(
+      [&](char* buffer, std::size_t wanted) {
+        const std::size_t count = std::min(wanted, pickle.size() - position);
+        std::memcpy(buffer, pickle.data() + position, count);
+        position += count;
+        return count;
+      },
+      nullptr, nullptr,
+      [&](const std::string& key) { return std::get<0>(reader.getRecord("data/" + key)); },
+      c10::Device(c10::kCPU));
+  return named_tensors(unpickler.parse_ivalue());
+}
+
+std::string shape_text(const at::Tensor& tensor) {
+  return detail::concat(tensor.sizes());
+}
+
+}  // namespace
+
+NamedTensors state_dict_of(const torch::nn::Module& module) {
+  NamedTensors tensors;
+  for (const auto& parameter : module.named_parameters()) {
+    tensors.emplace_back(parameter.key(), parameter.value());
+  }
+  for (const auto& buffer : module.named_buffers()) {
+    tensors.emplace_back(buffer.key(), buffer.value());
+  }
+  return tensors;
+}
+
+std::string state_dict_bytes(const NamedTensors& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().cpu());
+  std::string pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* data, std::size_t size) { pickle.append(data, size); }, nullptr, nullptr,
+      nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+
+  std::string archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+    archive.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  const auto& storages = pickler.tensorData();
+  for (std::size_t index = 0; index < storages.size(); ++index) {
+    const auto data = torch::jit::getWriteableTensorData(storages[index], /*to_cpu=*/true);
+    writer.writeRecord("data/" + std::to_string(index), data.data(), data.sizeInBytes());
+  }
+  writer.writeEndOfFile();
+  return archive;
+}
+
+void save_state_dict(const torch::nn::Module& module, const fs::path& path) {
+  std::string bytes;
+  try {
+    bytes = state_dict_bytes(state_dict_of(module));
+  } catch (const c10::Error& error) {
+    throw file_error(
+        path, detail::concat("cannot serialize the state_dict: ", detail::first_line(error)));
+  }
+  try {
+    write_file_atomically(path, bytes);
+  } catch (const Error& error) {
+    throw CheckpointError(error.what());
+  }
+}
+
+NamedTensors read_state_dict(const fs::path& path) {
+  std::error_code error_code;
+  const auto status = fs::status(path, error_code);
+  if (!fs::exists(status)) {
+    throw file_error(path, "no such file (expected a state_dict saved by torch.save)");
+  }
+  if (!fs::is_regular_file(status)) {
+    throw file_error(path, "not a regular file (expected a state_dict saved by torch.save)");
+  }
+  if (!starts_like_zip(path)) {
+    throw file_error(path,
+                     "not a zip archive: state_dicts are read in torch.save's format since "
+                     "PyTorch 1.6 (not the legacy _use_new_zipfile_serialization=False format)");
+  }
+  try {
+    return read_archive(path);
+  } catch (const DataError& error) {
+    throw file_error(path, detail::concat("not a state_dict: ", error.what()));
+  } catch (const c10::Error& error) {
+    throw file_error(path,
+                     detail::concat("cannot be read as a state_dict (truncated or corrupt?): ",
+                                    detail::first_line(error)));
+  }
+}
+
+void load_state_dict(torch::nn::Module& module, const fs::path& path, bool strict) {
+  const NamedTensors file_tensors = read_state_dict(path);
+  std::map<std::string, const at::Tensor*> in_file;
+  for (const auto& [name, tensor] : file_tensors) in_file.emplace(name, &tensor);
+
+  const NamedTensors targets = state_dict_of(module);
+  std::vector<std::string> missing;
+  std::vector<std::string> mismatches;
+  std::vector<std::pair<at::Tensor, const at::Tensor*>> copies;
+  for (const auto& [name, target] : targets) {
+    const auto found = in_file.find(name);
+    if (found == in_file.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const at::Tensor& source = *found->second;
+    if (!source.sizes().equals(target.sizes())) {
+      mismatches.push_back(detail::concat("size mismatch for ", name, ": ", shape_text(source),
+                                          " in the file, ", shape_text(target), " in the model"));
+    } else if (source.scalar_type() != target.scalar_type()) {
+      mismatches.push_back(detail::concat("dtype mismatch for ", name, ": ", source.scalar_type(),
+                                          " in the file, ", target.scalar_type(), " in the model"));
+    } else {
+      copies.emplace_back(target, found->second);
+    }
+    in_file.erase(found);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : file_tensors) {
+    if (in_file.count(name) > 0) unexpected.push_back(name);
+  }
+
+  const bool key_errors = strict && !(missing.empty() && unexpected.empty());
+  if (key_errors || !mismatches.empty()) {
+    std::string message = "error(s) loading the state_dict";
+    if (strict && !missing.empty()) message += "; missing keys: " + detail::join_or_none(missing);
+    if (strict && !unexpected.empty()) {
+      message += "; unexpected keys: " + detail::join_or_none(unexpected);
+    }
+    for (const auto& mismatch : mismatches) message += "; " + mismatch;
+    throw file_error(path, message + "; nothing was loaded");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [target, source] : copies) target.copy_(*source);
+}
+
+}  // namespace torchbus

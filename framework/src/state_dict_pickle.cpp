@@ -1,0 +1,243 @@
+#include "state_dict_pickle.hpp"
+
+#include <torchbus/error.hpp>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+namespace torchbus::detail {
+namespace {
+
+// The pickle opcodes (Python's pickletools) of a protocol-2 state_dict.
+enum Opcode : unsigned char {
+  kMark = '(',
+  kStop = '.',
+  kNone = 'N',
+  kBinPersId = 'Q',
+  kReduce = 'R',
+  kBuild = 'b',
+  kDict = 'd',
+  kEmptyDict = '}',
+  kAppends = 'e',
+  kList = 'l',
+  kEmptyList = ']',
+  kSetItem = 's',
+  kTuple = 't',
+  kEmptyTuple = ')',
+  kSetItems = 'u',
+  kBinFloat = 'G',
+  kBinInt = 'J',
+  kBinInt1 = 'K',
+  kBinInt2 = 'M',
+  kBinUnicode = 'X',
+  kGlobal = 'c',
+  kBinGet = 'h',
+  kLongBinGet = 'j',
+  kBinPut = 'q',
+  kLongBinPut = 'r',
+  kProto = 0x80,
+  kNewObj = 0x81,
+  kTuple1 = 0x85,
+  kTuple2 = 0x86,
+  kTuple3 = 0x87,
+  kNewTrue = 0x88,
+  kNewFalse = 0x89,
+  kLong1 = 0x8a,
+};
+
+constexpr const char* kOrderedDict = "collections\nOrderedDict\n";
+
+std::uint32_t little_endian(const std::string& bytes, std::size_t at, std::size_t size) {
+  std::uint32_t value = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    value |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  }
+  return value;
+}
+
+// How an opcode changes the unpickler's stack.
+struct StackEffect {
+  int pops = 0;            // items taken (the first of them starts the pushed one)
+  int pushes = 0;          // 0 or 1
+  bool to_mark = false;    // takes the items above the topmost mark, and the mark
+  bool sets_mark = false;  // MARK
+};
+
+// The size of the instruction at `at` with its argument, and its stack effect; throws on
+// opcodes LibTorch's unpickler does not read (other than SETITEM, which is rewritten).
+std::size_t decode(const std::string& pickle, std::size_t at, StackEffect& effect) {
+  const auto need = [&](std::size_t size) {
+    TORCHBUS_CHECK(at + size <= pickle.size(), DataError, "the pickle ends inside an instruction");
+    return size;
+  };
+  effect = StackEffect{};
+  switch (static_cast<unsigned char>(pickle[at])) {
+    case kMark:
+      effect.sets_mark = true;
+      return 1;
+    case kStop:
+      return 1;
+    case kNone:
+    case kEmptyDict:
+    case kEmptyList:
+    case kEmptyTuple:
+    case kNewTrue:
+    case kNewFalse:
+      effect.pushes = 1;
+      return 1;
+    case kTuple:
+    case kList:
+    case kDict:
+      effect.to_mark = true;
+      effect.pushes = 1;
+      return 1;
+    case kAppends:
+    case kSetItems:
+      effect.to_mark = true;
+      return 1;
+    case kBinPersId:
+    case kTuple1:
+      effect = {1, 1};
+      return 1;
+    case kReduce:
+    case kBuild:
+    case kNewObj:
+    case kTuple2:
+      effect = {2, 1};
+      return 1;
+    case kTuple3:
+      effect = {3, 1};
+      return 1;
+    case kSetItem:
+      effect.pops = 2;
+      return 1;
+    case kBinInt1:
+    case kBinGet:
+      effect.pushes = 1;
+      return need(2);
+    case kBinPut:
+    case kProto:
+      return need(2);
+    case kBinInt2:
+      effect.pushes = 1;
+      return need(3);
+    case kBinInt:
+    case kLongBinGet:
+      effect.pushes = 1;
+      return need(5);
+    case kLongBinPut:
+      return need(5);
+    case kBinFloat:
+      effect.pushes = 1;
+      return need(9);
+    case kLong1:
+      effect.pushes = 1;
+      need(2);
+      return need(2 + little_endian(pickle, at + 1, 1));
+    case kBinUnicode:
+      effect.pushes = 1;
+      need(5);
+      return need(5 + static_cast<std::size_t>(little_endian(pickle, at + 1, 4)));
+    case kGlobal: {
+      effect.pushes = 1;
+      std::size_t end = at + 1;
+      for (int line = 0; line < 2; ++line) {
+        end = pickle.find('\n', end);
+        TORCHBUS_CHECK(end != std::string::npos, DataError,
+                       "the pickle ends inside an instruction");
+        ++end;
+      }
+      return end - at;
+    }
+    default:
+      throw DataError(concat("the pickle holds opcode 0x", std::hex,
+                             static_cast<int>(static_cast<unsigned char>(pickle[at])), std::dec,
+                             " at byte ", at,
+                             ", which a state_dict saved by torch.save (pickle_protocol=2, the "
+                             "default) does not hold"));
+  }
+}
+
+}  // namespace
+
+std::string unpicklable_state_dict(const std::string& pickle) {
+  std::string out;
+  out.reserve(pickle.size() + 64);
+  // Where each item of the unpickler's stack starts in `out`, and the open marks (stack size,
+  // where the mark is in `out`).
+  std::vector<std::size_t> item_starts;
+  std::vector<std::pair<std::size_t, std::size_t>> marks;
+  std::set<std::uint32_t> ordered_dict_memo;  // memo slots holding collections.OrderedDict
+  // 0: nothing pending; 1: OrderedDict is the callable on top; 2: its empty argument follows.
+  int pending = 0;
+  bool after_ordered_dict_global = false;
+  for (std::size_t at = 0; at < pickle.size();) {
+    StackEffect effect;
+    const std::size_t size = decode(pickle, at, effect);
+    const auto opcode = static_cast<unsigned char>(pickle[at]);
+    const bool memo_put = opcode == kBinPut || opcode == kLongBinPut;
+    const bool memo_get = opcode == kBinGet || opcode == kLongBinGet;
+    const bool ordered_dict_global =
+        opcode == kGlobal && pickle.compare(at + 1, size - 1, kOrderedDict) == 0;
+    const std::size_t start = out.size();
+
+    // Stack bookkeeping on the input's semantics; the start of a pushed item is the start of the
+    // first item it takes (or of its mark), else where its instruction is written.
+    std::size_t item_start = start;
+    if (effect.sets_mark) marks.emplace_back(item_starts.size(), start);
+    if (effect.to_mark) {
+      TORCHBUS_CHECK(!marks.empty(), DataError, "the pickle closes a mark it never opened");
+      item_starts.resize(marks.back().first);
+      item_start = marks.back().second;
+      marks.pop_back();
+    }
+    TORCHBUS_CHECK(item_starts.size() >= static_cast<std::size_t>(effect.pops), DataError,
+                   "the pickle takes more items than it pushed at byte ", at);
+    std::size_t last_taken_start = start;
+    if (effect.pops > 0) {
+      item_start = item_starts[item_starts.size() - effect.pops];
+      last_taken_start = item_starts.back();
+      item_starts.resize(item_starts.size() - effect.pops);
+    }
+    if (effect.pushes > 0) item_starts.push_back(item_start);
+
+    if (opcode == kProto) {
+      const auto protocol = little_endian(pickle, at + 1, 1);
+      TORCHBUS_CHECK(protocol <= 2, DataError, "the pickle has protocol ", protocol,
+                     "; state_dicts are read in torch.save's default pickle_protocol=2");
+      out.append(pickle, at, size);
+    } else if (ordered_dict_global) {
+      pending = 1;
+    } else if (memo_put && after_ordered_dict_global) {
+      ordered_dict_memo.insert(little_endian(pickle, at + 1, size - 1));
+    } else if (memo_get && ordered_dict_memo.count(little_endian(pickle, at + 1, size - 1)) > 0) {
+      pending = 1;
+    } else if (pending == 1 && opcode == kEmptyTuple) {
+      pending = 2;
+    } else if (pending == 2 && opcode == kReduce) {
+      out.push_back(static_cast<char>(kEmptyDict));
+      pending = 0;
+    } else {
+      TORCHBUS_CHECK(pending == 0, DataError,
+                     "the pickle calls collections.OrderedDict with arguments at byte ", at,
+                     "; a state_dict calls it without");
+      if (opcode == kSetItem) {
+        // LibTorch reads SETITEMS only: a mark before the key (the first item taken) makes one.
+        out.insert(item_start, 1, static_cast<char>(kMark));
+        out.push_back(static_cast<char>(kSetItems));
+      } else if (opcode == kBuild) {
+        // BUILD sets an OrderedDict's attributes (a state_dict's `_metadata`): the attributes
+        // are dropped (LibTorch's unpickler builds only its own classes).
+        out.erase(last_taken_start);
+      } else {
+        out.append(pickle, at, size);
+      }
+    }
+    after_ordered_dict_global = ordered_dict_global;
+    at += size;
+  }
+  return out;
+}
+
+}  // namespace torchbus::detail

@@ -1,0 +1,187 @@
+"""state_dict files across C++ (torchbus::save_state_dict / load_state_dict) and Python PyTorch.
+
+Run by ctest with Debian's /usr/bin/python3 (python3-torch, the same PyTorch 1.13 as LibTorch):
+  C++ -> file -> Python: torch.load gives a plain dict with the exact values the C++ side set,
+      loaded by the same network in Python with strict=True;
+  Python -> file -> C++: a file of torch.save(model.state_dict()) loads with the exact values;
+  Python -> C++ -> Python: random weights come back bit for bit;
+  bad files: one clear message naming the file (missing, unexpected, shape, dtype, truncated,
+      TorchScript archive, not a dict of str -> tensor, legacy format).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import torch
+from torch import nn
+
+
+def network():
+    # The network of state_dict_tool.cpp.
+    return nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+
+
+def pattern(like, k, salt):
+    # The values of state_dict_tool.cpp's pattern().
+    if like.dtype == torch.int64:
+        return torch.full_like(like, 1000 + k + salt)
+    index = torch.arange(like.numel(), dtype=torch.int64)
+    return ((index * 37 + k * 11 + salt).remainder(101) - 50).to(like.dtype).div(64).reshape(like.shape)
+
+
+def patterned(salt):
+    state = network().state_dict()
+    names = sorted(state)
+    return {name: pattern(tensor, names.index(name), salt) for name, tensor in state.items()}
+
+
+class Checks:
+    def __init__(self, tool, work):
+        self.tool = tool
+        self.work = work
+        self.failures = []
+        self.bad_files = []  # (path, parts of the message, loaded with --lax)
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def check(self, condition, what):
+        print(("ok   " if condition else "FAIL ") + what)
+        if not condition:
+            self.failures.append(what)
+
+    def run_tool(self, *args):
+        return subprocess.run([self.tool, *args], capture_output=True, text=True, timeout=60)
+
+    def cpp_to_python(self):
+        path = self.path("from_cpp.pt")
+        result = self.run_tool("save", path)
+        self.check(result.returncode == 0, "C++ saves a state_dict: " + result.stderr)
+        loaded = torch.load(path)
+        self.check(type(loaded) is dict, "torch.load returns a plain dict, got %s" % type(loaded))
+        expected = patterned(0)
+        self.check(set(loaded) == set(expected), "names as Python's: %s" % sorted(loaded))
+        for name, tensor in expected.items():
+            got = loaded.get(name)
+            self.check(got is not None and got.dtype == tensor.dtype and torch.equal(got, tensor),
+                       "C++ -> Python bit-equal %s (%s)" % (name, tensor.dtype))
+        model = network()
+        result = model.load_state_dict(loaded, strict=True)
+        self.check(not result.missing_keys and not result.unexpected_keys,
+                   "the same network in Python loads it with strict=True")
+
+    def python_to_cpp(self):
+        model = network()
+        model.load_state_dict(patterned(5))
+        path = self.path("from_python.pt")
+        torch.save(model.state_dict(), path)
+        result = self.run_tool("expect", path)
+        self.check(result.returncode == 0, "Python -> C++ bit-equal: " + result.stderr)
+
+    def random_round_trip(self):
+        torch.manual_seed(3)
+        model = network()
+        model.train()
+        model(torch.randn(8, 4))  # running statistics and num_batches_tracked move
+        source, back = self.path("random.pt"), self.path("random_back.pt")
+        torch.save(model.state_dict(), source)
+        result = self.run_tool("resave", source, back)
+        self.check(result.returncode == 0, "C++ loads and saves random weights: " + result.stderr)
+        returned = torch.load(back)
+        for name, tensor in model.state_dict().items():
+            self.check(torch.equal(returned[name], tensor),
+                       "Python -> C++ -> Python bit-equal %s" % name)
+
+    def rejected(self, name, write, parts, lax=False):
+        """Writes the file `name` with write(path); checked by check_rejected()."""
+        path = self.path(name)
+        write(path)
+        self.bad_files.append((path, parts, lax))
+
+    def check_rejected(self):
+        """Loads every bad file in one run of the tool: each is refused naming it and `parts`."""
+        for lax in (False, True):
+            files = [entry for entry in self.bad_files if entry[2] == lax]
+            result = self.run_tool("load", *(["--lax"] if lax else []),
+                                   *(path for path, _, _ in files))
+            lines = result.stdout.splitlines()
+            self.check(result.returncode == 0 and len(lines) == len(files),
+                       "the tool reports on every bad file: " + result.stderr)
+            for (path, parts, _), line in zip(files, lines):
+                self.check(line.startswith(path + ": ") and not line.endswith(": ok")
+                           and all(part in line for part in parts),
+                           "%s refused naming the file and %s: %s"
+                           % (os.path.basename(path), parts, line))
+
+    def errors(self):
+        good = patterned(5)
+
+        def saving(value, **options):
+            return lambda path: torch.save(value, path, **options)
+
+        missing = dict(good)
+        del missing["2.bias"]
+        self.rejected("missing.pt", saving(missing), ["missing keys: 2.bias"])
+        # A dict of one item (pickled with SETITEM, not SETITEMS) is read too.
+        self.rejected("one_item.pt", saving({"0.weight": good["0.weight"]}),
+                      ["missing keys: 0.bias, 1.weight"])
+        extra = dict(good, **{"3.weight": torch.zeros(1)})
+        self.rejected("extra.pt", saving(extra), ["unexpected keys: 3.weight"])
+        wide = network()
+        wide[2] = nn.Linear(3, 5)
+        self.rejected("shape.pt", saving(wide.state_dict()),
+                      ["size mismatch for 2.weight: [5, 3] in the file, [2, 3] in the model",
+                       "size mismatch for 2.bias"])
+        self.rejected("shape_lax.pt", saving(wide.state_dict()), ["size mismatch for 2.weight"],
+                      lax=True)
+        all_three = dict(wide.state_dict(), **{"3.weight": torch.zeros(1)})
+        del all_three["0.bias"]
+        self.rejected("all_three.pt", saving(all_three),
+                      ["missing keys: 0.bias", "unexpected keys: 3.weight",
+                       "size mismatch for 2.weight"])
+        self.rejected("double.pt", saving(network().double().state_dict()),
+                      ["dtype mismatch for 0.weight: Double in the file, Float in the model"])
+
+        def truncated(path):
+            torch.save(good, path)
+            with open(path, "rb") as file:
+                data = file.read()
+            with open(path, "wb") as file:
+                file.write(data[: len(data) // 2])
+
+        self.rejected("truncated.pt", truncated, ["truncated or corrupt"])
+        self.rejected("torchscript.pt", lambda path: torch.jit.save(torch.jit.script(network()), path),
+                      ["TorchScript archive"])
+        self.rejected("list.pt", saving([torch.zeros(1), torch.ones(1)]),
+                      ["holds a GenericList, not a dict of str -> tensor"])
+        self.rejected("int_value.pt", saving({"0.weight": 3}), ["'0.weight' holds a Int"])
+        self.rejected("int_key.pt", saving({1: torch.zeros(1)}), ["a key is a Int"])
+        self.rejected("legacy.pt", saving(good, _use_new_zipfile_serialization=False),
+                      ["not a zip archive"])
+        self.rejected("protocol4.pt", saving(good, pickle_protocol=4), ["protocol 4"])
+        self.rejected("absent.pt", lambda path: None, ["no such file"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tool", required=True, help="the state_dict_tool program")
+    parser.add_argument("--work", required=True, help="a folder for the files")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    checks = Checks(args.tool, args.work)
+    checks.cpp_to_python()
+    checks.python_to_cpp()
+    checks.random_round_trip()
+    checks.errors()
+    checks.check_rejected()
+    if checks.failures:
+        print("%d check(s) failed" % len(checks.failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
