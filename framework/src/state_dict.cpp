@@ -54,6 +54,16 @@ NamedTensors named_tensors(const c10::IValue& value) {
   return tensors;
 }
 
+// The bytes of its storage `tensor` reaches: up to its last element (0 when it has none).
+std::size_t bytes_reached(const at::Tensor& tensor) {
+  if (tensor.numel() == 0) return 0;
+  std::int64_t last = tensor.storage_offset();
+  for (std::int64_t dim = 0; dim < tensor.dim(); ++dim) {
+    last += (tensor.size(dim) - 1) * tensor.stride(dim);
+  }
+  return static_cast<std::size_t>(last + 1) * tensor.element_size();
+}
+
 NamedTensors read_archive(const fs::path& path) {
   caffe2::serialize::PyTorchStreamReader reader(path.string());
   if (reader.hasRecord("constants.pkl")) {
@@ -65,6 +75,7 @@ NamedTensors read_archive(const fs::path& path) {
     throw file_error(path, "a zip archive without data.pkl: not written by torch.save");
   }
   const std::string pickle = detail::unpicklable_state_dict(record(reader, "data.pkl"));
+  std::map<const void*, std::size_t> record_sizes;  // by the address of each record's memory
   std::size_t position = 0;
   torch::jit::Unpickler unpickler(
       [&](char* buffer, std::size_t wanted) {
@@ -74,9 +85,25 @@ NamedTensors read_archive(const fs::path& path) {
         return count;
       },
       nullptr, nullptr,
-      [&](const std::string& key) { return std::get<0>(reader.getRecord("data/" + key)); },
+      [&](const std::string& key) {
+        auto [data, size] = reader.getRecord("data/" + key);
+        record_sizes[data.get()] = size;
+        return std::move(data);
+      },
       c10::Device(c10::kCPU));
-  return named_tensors(unpickler.parse_ivalue());
+  auto tensors = named_tensors(unpickler.parse_ivalue());
+  // The unpickler trusts the sizes the pickle gives: a damaged or forged file could make a tensor
+  // reach past the memory of its record.
+  for (const auto& [name, tensor] : tensors) {
+    const auto found = record_sizes.find(tensor.storage().data());
+    const std::size_t available = found == record_sizes.end() ? 0 : found->second;
+    if (bytes_reached(tensor) > available) {
+      throw file_error(path, detail::concat("'", name, "' reaches ", bytes_reached(tensor),
+                                            " bytes into its data record, which holds ", available,
+                                            " (the file is damaged or forged)"));
+    }
+  }
+  return tensors;
 }
 
 std::string shape_text(const at::Tensor& tensor) {

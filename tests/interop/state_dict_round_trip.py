@@ -13,6 +13,7 @@ import argparse
 import os
 import subprocess
 import sys
+import zipfile
 
 import torch
 from torch import nn
@@ -152,6 +153,19 @@ class Checks:
                 file.write(data[: len(data) // 2])
 
         self.rejected("truncated.pt", truncated, ["truncated or corrupt"])
+
+        def short_record(path):
+            # A well-formed zip whose first tensor's data record is shorter than its pickle says:
+            # read as is, the tensor would reach past the record's memory.
+            torch.save(good, path)
+            with zipfile.ZipFile(path) as archive:
+                entries = [(info.filename, archive.read(info)) for info in archive.infolist()]
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+                for name, data in entries:
+                    archive.writestr(name, data[:4] if name.endswith("/data/0") else data)
+
+        self.rejected("short_record.pt", short_record,
+                      ["'0.weight' reaches 48 bytes into its data record, which holds 4"])
         self.rejected("torchscript.pt", lambda path: torch.jit.save(torch.jit.script(network()), path),
                       ["TorchScript archive"])
         self.rejected("list.pt", saving([torch.zeros(1), torch.ones(1)]),
