@@ -253,7 +253,9 @@ BOOST_AUTO_TEST_CASE(keeps_the_top_k_as_lightning_with_ties_and_nan) {
   };
   for (std::size_t c = 0; c < cases.size(); ++c) {
     BOOST_TEST_CONTEXT("case " << c) {
-      const auto& [scores, k, mode] = cases[c];
+      const auto& scores = cases[c].scores;  // not a structured binding: lambdas capture it
+      const auto k = cases[c].k;
+      const auto mode = cases[c].mode;
       const auto folder = scratch_path("model_checkpoint", "lightning_" + std::to_string(c));
       CheckpointRun run(TrainerOptions().max_epochs(1));
       // Placed after the checkpoint by priority: ModelCheckpoint's after(Role::Metrics) puts it
