@@ -986,6 +986,11 @@ int run(Flags flags) {
       outputs.run_report->add_option(key, value);
     }
     outputs.run_report->add_option("world_size", std::to_string(world_size));
+    outputs.run_report->add_option(
+        "model.pt",
+        "the final weights, written at the end: a state_dict Python's torch.load "
+        "reads; --init-from starts a run from one, --validate evaluates one "
+        "(docs/interop.md)");
   }
   if (lr_found && writes_outputs) report_lr_found(*lr_found, out, outputs.run_report.get());
   if (outputs.tensorboard_logger) {  // the run's options in TensorBoard's Text tab

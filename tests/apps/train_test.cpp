@@ -139,6 +139,8 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   // The report: well-formed, a chart per metric, the run's options.
   const auto report = read_text(out / "report.html");
   BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  BOOST_TEST(has(report, "<td>model.pt</td><td>the final weights"));  // where the weights are
+  BOOST_TEST(fs::is_regular_file(out / "model.pt"));
   for (const auto* metric : {"train_loss", "val_loss", "val_accuracy", "lr"}) {
     BOOST_TEST(has(report, std::string("data-metric=\"") + metric + "\""), metric);
   }
@@ -158,6 +160,8 @@ BOOST_AUTO_TEST_CASE(output_switches_and_the_profiler) {
   BOOST_TEST(!fs::exists(out / "metrics.csv"));
   const auto report = read_text(out / "report.html");
   BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  BOOST_TEST(has(report, "<td>model.pt</td><td>the final weights"));  // where the weights are
+  BOOST_TEST(fs::is_regular_file(out / "model.pt"));
   BOOST_TEST(has(report, "Profile"));  // the profiler's table, of this run
   BOOST_TEST(has(report, "forward"));
   BOOST_TEST(has(read_text(out / "train.log"), "forward"));
@@ -505,6 +509,8 @@ BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
   BOOST_TEST(has(read_text(out / "train.log"), "--find-lr: the range test ran"));
   const auto report = read_text(out / "report.html");
   BOOST_TEST(torchbus::testing::xml_problem(report) == "");
+  BOOST_TEST(has(report, "<td>model.pt</td><td>the final weights"));  // where the weights are
+  BOOST_TEST(fs::is_regular_file(out / "model.pt"));
   BOOST_TEST(has(report, "data-metric=\"Learning-rate range test\""));
 
   // The same run as one given that lr: the sweep leaves the model and the generator as they were.
