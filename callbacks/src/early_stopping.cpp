@@ -138,7 +138,7 @@ void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
   archive.write("best_epoch", c10::IValue(best_epoch_));
   archive.write("stopped_epoch", c10::IValue(stopped_epoch_));
   if (options_.restore_best_weights()) {
-    archive.write("best_weights", c10::IValue(c10::List<at::Tensor>(best_weights_)));
+    archive.write("best_weights", c10::IValue(detail::copies_of(best_weights_)));
   }
 }
 

@@ -114,7 +114,7 @@ void EMA::copy_to(torch::nn::Module& model) const {
 
 void EMA::save_state(torch::serialize::OutputArchive& archive) const {
   archive.write("updates", c10::IValue(updates_));
-  archive.write("average", c10::IValue(c10::List<at::Tensor>(average_)));
+  archive.write("average", c10::IValue(detail::copies_of(average_)));
 }
 
 void EMA::load_state(torch::serialize::InputArchive& archive) {

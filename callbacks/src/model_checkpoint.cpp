@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace torchbus {
@@ -171,19 +172,24 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
       std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.path == path; }),
       kept_.end());
   kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
-  // Serialized before pruning: the checkpoint's own state lists what is pruned now (dropped by
-  // load_state, as the files are gone by then).
-  std::string bytes;
+  // Captured before pruning: the checkpoint's own state lists what is pruned now (dropped by
+  // load_state, as the files are gone by then). In the background, the previous write finishes
+  // first (one in flight), then the checkpoint is captured as copies and serialized on the
+  // writer's thread.
+  std::optional<CheckpointSnapshot> snapshot;
   if (writer_) {
-    bytes = state.trainer().checkpoint_bytes(path);
+    writer_->flush();
+    snapshot = state.trainer().capture_checkpoint(path);
   } else {
     state.trainer().save_checkpoint(path);
   }
-  // The weights as a state_dict file Python reads, when exported: taken now, written after the
-  // checkpoint.
-  std::string weights;
+  // The weights as a state_dict file Python reads, when exported: copies taken now, written after
+  // the checkpoint.
+  NamedTensors weights;
   if (options_.export_state_dict()) {
-    weights = state_dict_bytes(state_dict_of(state.trainer().module()));
+    for (auto& [name, tensor] : state_dict_of(state.trainer().module())) {
+      weights.emplace_back(name, writer_ ? tensor.detach().clone() : tensor.detach());
+    }
   }
   // Once the file is durable (never before: the link must not point at a file being written, and
   // older checkpoints go only when a newer one can replace them): export the weights, move the
@@ -191,7 +197,7 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
   auto after_durable = [last = options_.save_last() ? last_link() : fs::path(), path,
                         pruned = prune(), export_weights = options_.export_state_dict(),
                         weights = std::move(weights)] {
-    if (export_weights) write_file_atomically(state_dict_path(path), weights);
+    if (export_weights) write_file_atomically(state_dict_path(path), state_dict_bytes(weights));
     if (!last.empty()) {
       replace_with_symlink(last, path.filename());
       if (export_weights) {
@@ -205,7 +211,7 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
     }
   };
   if (writer_) {
-    writer_->write(path, std::move(bytes), std::move(after_durable));
+    writer_->write(std::move(*snapshot), std::move(after_durable));
   } else {
     after_durable();
   }

@@ -38,4 +38,11 @@ void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Ten
   for (std::size_t i = 0; i < from.size(); ++i) to[i].detach().copy_(from[i]);
 }
 
+c10::List<at::Tensor> copies_of(const std::vector<at::Tensor>& weights) {
+  c10::List<at::Tensor> copies;
+  copies.reserve(weights.size());
+  for (const auto& weight : weights) copies.push_back(weight.detach().clone());
+  return copies;
+}
+
 }  // namespace torchbus::detail

@@ -3,6 +3,7 @@
 // The weights of a model as one list, for callbacks that keep or swap copies of them (EMA,
 // EarlyStopping's restore_best_weights). Private to the callbacks library.
 
+#include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
 #include <torchbus/placement.hpp>
 
@@ -28,6 +29,10 @@ std::string weights_mismatch(const std::vector<at::Tensor>& kept,
 /// checkpoint and the report, so that the run's last checkpoint holds the weights a resume needs.
 /// Named "<owner>:<what>" for describe().
 Placement after_final_save(const std::string& owner, std::string_view what);
+
+/// Copies of `weights`, as a checkpoint holds them: what later steps change in place stays as it
+/// was saved (see Callback::state_is_snapshot).
+c10::List<at::Tensor> copies_of(const std::vector<at::Tensor>& weights);
 
 /// Copies `from[i]` into `to[i]` without recording gradients (same counts and shapes).
 void copy_weights(const std::vector<at::Tensor>& from, const std::vector<at::Tensor>& to);

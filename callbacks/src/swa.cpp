@@ -211,7 +211,7 @@ void SWA::finish(const State& state) {
 
 void SWA::save_state(torch::serialize::OutputArchive& archive) const {
   archive.write("averaged", c10::IValue(averaged_));
-  archive.write("average", c10::IValue(c10::List<at::Tensor>(average_)));
+  archive.write("average", c10::IValue(detail::copies_of(average_)));
   archive.write("base_lrs", c10::IValue(base_lrs_));
   archive.write("pending_epoch", c10::IValue(pending_epoch_));
 }

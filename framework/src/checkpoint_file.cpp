@@ -203,13 +203,13 @@ CheckpointWriter::~CheckpointWriter() {
   }
 }
 
-void CheckpointWriter::write(fs::path path, std::string bytes,
-                             std::function<void()> after_durable) {
+void CheckpointWriter::write(CheckpointSnapshot snapshot, std::function<void()> after_durable) {
   flush();
-  in_flight_ = std::async(std::launch::async, [path = std::move(path), bytes = std::move(bytes),
-                                               after = std::move(after_durable)] {
+  in_flight_ = std::async(std::launch::async, [snapshot = std::move(snapshot),
+                                               after = std::move(after_durable)]() mutable {
+    const auto& path = snapshot.path();
     try {
-      write_checkpoint_file(path, bytes);
+      write_checkpoint_file(path, snapshot.bytes());
       if (after) after();
     } catch (const std::exception& error) {
       throw CheckpointError(detail::concat("the background write of checkpoint ", path.string(),

@@ -9,8 +9,11 @@
 
 #include "checkpoint_format.hpp"
 #include "checkpoint_io.hpp"
+#include "optimizer_state_copies.hpp"
 #include "type_name.hpp"
 
+#include <cstring>
+#include <memory>
 #include <sstream>
 
 namespace torchbus {
@@ -52,6 +55,29 @@ std::string describe_options(const TrainerOptions& options) {
   return out.str();
 }
 
+// ---- sections -----------------------------------------------------------------------------------
+
+/// When a section's entries become bytes: with the rest of the checkpoint, or at once.
+enum class Section { Deferred, Serialized };
+
+/// Writes `section` under `key`: nested (Deferred), or serialized now into a byte tensor
+/// `<key>_bytes` (CheckpointReader::nested reads both).
+void write_section(OutputArchive& archive, const std::string& key, OutputArchive& section,
+                   Section when) {
+  if (when == Section::Deferred) {
+    archive.write(key, section);
+    return;
+  }
+  std::string bytes;
+  section.save_to([&bytes](const void* data, std::size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  auto tensor = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  archive.write(key + "_bytes", tensor);
+}
+
 // ---- the model's tensors ------------------------------------------------------------------------
 
 /// Named tensors of one kind (parameters or buffers) as stored in a checkpoint.
@@ -60,11 +86,13 @@ struct NamedTensors {
   std::vector<at::Tensor> tensors;
 };
 
-NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items) {
+NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items,
+                     TensorCapture capture = TensorCapture::References) {
   NamedTensors out;
   for (const auto& item : items) {
     out.names.push_back(item.key());
-    out.tensors.push_back(item.value().detach());
+    auto tensor = item.value().detach();
+    out.tensors.push_back(capture == TensorCapture::Copies ? tensor.clone() : std::move(tensor));
   }
   return out;
 }
@@ -119,10 +147,10 @@ struct ModelTensors {
   NamedTensors parameters, buffers, current_parameters, current_buffers;
 };
 
-void save_model(OutputArchive& archive, const torch::nn::Module& module) {
+void save_model(OutputArchive& archive, const torch::nn::Module& module, TensorCapture capture) {
   for (const auto& [key, items] : {std::make_pair("parameters", module.named_parameters()),
                                    std::make_pair("buffers", module.named_buffers())}) {
-    const auto tensors = collect(items);
+    const auto tensors = collect(items, capture);
     archive.write(std::string(key) + "_names", c10::IValue(detail::join_lines(tensors.names)));
     archive.write(key, c10::IValue(c10::List<at::Tensor>(tensors.tensors)));
   }
@@ -147,12 +175,21 @@ std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) 
   return sizes;
 }
 
-void save_optimizer(OutputArchive& archive, torch::optim::Optimizer& optimizer) {
+void save_optimizer(OutputArchive& archive, torch::optim::Optimizer& optimizer,
+                    TensorCapture capture) {
   archive.write("optimizer_type", c10::IValue(type_name(typeid(optimizer))));
   archive.write("optimizer_groups", c10::IValue(group_sizes(optimizer)));
   OutputArchive optimizer_archive;
+  if (capture == TensorCapture::References) {
+    optimizer.save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+    return;
+  }
+  const detail::OptimizerStateCopies copies(optimizer);
   optimizer.save(optimizer_archive);
-  archive.write("optimizer", optimizer_archive);
+  // A state of a type whose tensors cannot be copied is serialized now, before training goes on.
+  write_section(archive, "optimizer", optimizer_archive,
+                copies.copied() ? Section::Deferred : Section::Serialized);
 }
 
 InputArchive read_optimizer(CheckpointReader& reader, const torch::optim::Optimizer& optimizer) {
@@ -224,12 +261,15 @@ MetricSeries read_metrics(CheckpointReader& reader) {
 
 // ---- the subscribers: class callbacks' states and filters' counts -------------------------------
 
-void save_subscribers(OutputArchive& archive, const EventBus& bus) {
+void save_subscribers(OutputArchive& archive, const EventBus& bus, TensorCapture capture) {
   std::vector<std::string> callback_names;
   for (const auto& callback : bus.callbacks()) {
     OutputArchive callback_archive;
     callback->save_state(callback_archive);
-    archive.write("callback_" + std::to_string(callback_names.size()), callback_archive);
+    // A state that may hold what the callback changes in place later is serialized now.
+    const bool deferred = capture == TensorCapture::References || callback->state_is_snapshot();
+    write_section(archive, "callback_" + std::to_string(callback_names.size()), callback_archive,
+                  deferred ? Section::Deferred : Section::Serialized);
     callback_names.push_back(callback->name());
   }
   archive.write("callback_names", c10::IValue(detail::join_lines(callback_names)));
@@ -330,7 +370,8 @@ void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
 
 }  // namespace
 
-std::string compose_checkpoint(const CheckpointParts& parts, const fs::path& path) {
+CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::path& path,
+                                      TensorCapture capture) {
   TORCHBUS_CHECK(!parts.step.in_window(), ConfigError,
                  "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
                  "runs), not between StepStart and the end of the optimizer step");
@@ -338,18 +379,21 @@ std::string compose_checkpoint(const CheckpointParts& parts, const fs::path& pat
   for (const auto& callback : parts.bus.callbacks()) {
     if (callback->runs_on(parts.state.rank)) callback->on_save_checkpoint(checkpoint);
   }
-  OutputArchive archive;
-  archive.write("format_version", c10::IValue(kPayloadFormatVersion));
-  parts.fit.save(archive, parts.options);
-  save_model(archive, parts.module);
-  save_optimizer(archive, parts.optimizer);
-  save_metrics(archive, parts.state.metrics);
-  save_subscribers(archive, parts.bus);
-  archive.write("options", c10::IValue(describe_options(parts.options)));
-  parts.step.save(archive);
-  std::ostringstream payload;
-  archive.save_to(payload);
-  return frame_checkpoint(payload.str(), parts.state.step, parts.options.run_identity());
+  auto archive = std::make_shared<OutputArchive>();
+  archive->write("format_version", c10::IValue(kPayloadFormatVersion));
+  parts.fit.save(*archive, parts.options);
+  save_model(*archive, parts.module, capture);
+  save_optimizer(*archive, parts.optimizer, capture);
+  save_metrics(*archive, parts.state.metrics);
+  save_subscribers(*archive, parts.bus, capture);
+  archive->write("options", c10::IValue(describe_options(parts.options)));
+  parts.step.save(*archive);
+  return CheckpointSnapshot(
+      path, [archive, step = parts.state.step, identity = parts.options.run_identity()] {
+        std::ostringstream payload;
+        archive->save_to(payload);
+        return frame_checkpoint(payload.str(), step, identity);
+      });
 }
 
 void load_checkpoint(const CheckpointParts& parts, const fs::path& path) {

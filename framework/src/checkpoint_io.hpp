@@ -4,6 +4,7 @@
 /// How a trainer's checkpoint is composed of its parts' states (private to torchbus_framework).
 
 #include <torchbus/bus.hpp>
+#include <torchbus/checkpoint_snapshot.hpp>
 #include <torchbus/trainer_options.hpp>
 
 #include "fit_loop.hpp"
@@ -37,9 +38,18 @@ struct CheckpointParts {
   const TrainerOptions& options;  ///< as configured (not a fast_dev_run's overrides)
 };
 
-/// The framed bytes of a checkpoint of `parts` now, after every callback's on_save_checkpoint was
-/// told `path`.
-std::string compose_checkpoint(const CheckpointParts& parts, const std::filesystem::path& path);
+/// How a captured checkpoint holds the run's tensors.
+enum class TensorCapture {
+  References,  ///< the live tensors: serialize before training goes on
+  Copies,      ///< copies (the model's, the optimizer's state, callbacks' snapshot states)
+};
+
+/// A checkpoint of `parts` now, after every callback's on_save_checkpoint was told `path`. With
+/// TensorCapture::Copies it stays what it was when training goes on: its bytes can be made later,
+/// on another thread (a callback whose state is not a snapshot, or an optimizer whose state type
+/// is unknown, is serialized at once).
+CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts,
+                                      const std::filesystem::path& path, TensorCapture capture);
 
 /// Reads the checkpoint at `path`, validates every part's entries, then applies them (nothing
 /// changes before everything is validated; a failing optimizer state is put back), then calls

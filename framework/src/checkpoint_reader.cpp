@@ -67,7 +67,15 @@ at::Tensor CheckpointReader::optional_tensor(const std::string& key) {
 
 torch::serialize::InputArchive CheckpointReader::nested(const std::string& key) {
   torch::serialize::InputArchive nested;
-  if (!archive_.try_read(key, nested)) fail("has no '", key, "' section");
+  if (archive_.try_read(key, nested)) return nested;
+  // A section serialized when the checkpoint was captured (checkpoint_io.cpp, write_section).
+  const auto bytes = optional_tensor(key + "_bytes");
+  if (!bytes.defined()) fail("has no '", key, "' section");
+  if (bytes.scalar_type() != at::kByte || bytes.dim() != 1 || !bytes.is_contiguous()) {
+    fail("has a malformed '", key, "_bytes' section");
+  }
+  nested.load_from(static_cast<const char*>(bytes.data_ptr()),
+                   static_cast<std::size_t>(bytes.numel()));
   return nested;
 }
 

@@ -39,7 +39,8 @@ class CheckpointReader {
   c10::IValue optional_value(const std::string& key);
   /// The tensor at `key`, undefined when the checkpoint has none.
   at::Tensor optional_tensor(const std::string& key);
-  /// The section at `key`; fails when there is none.
+  /// The section at `key` (nested, or serialized apart as `<key>_bytes`); fails when there is
+  /// none.
   torch::serialize::InputArchive nested(const std::string& key);
 
   /// Throws CheckpointError "checkpoint <path> <parts...>".

@@ -231,7 +231,12 @@ double Trainer::evaluate_source(BatchSource& data) {
 // ---- checkpoints --------------------------------------------------------------------------------
 
 std::string Trainer::checkpoint_bytes(const fs::path& path) {
-  return compose_checkpoint(parts_->checkpoint(), path);
+  return torchbus::capture_checkpoint(parts_->checkpoint(), path, TensorCapture::References)
+      .bytes();
+}
+
+CheckpointSnapshot Trainer::capture_checkpoint(const fs::path& path) {
+  return torchbus::capture_checkpoint(parts_->checkpoint(), path, TensorCapture::Copies);
 }
 
 void Trainer::save_checkpoint(const fs::path& path) {

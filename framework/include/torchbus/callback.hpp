@@ -91,6 +91,10 @@ class Callback {
   virtual void on_added(Trainer& /*trainer*/) {}
   /// Writes the callback's own state into a checkpoint.
   virtual void save_state(torch::serialize::OutputArchive& /*archive*/) const {}
+  /// Whether what `save_state` writes stays as written when training goes on (tensors it changes
+  /// in place later written as copies): then a background checkpoint serializes it later, off the
+  /// training thread. False (the default): it is serialized as soon as it is written.
+  virtual bool state_is_snapshot() const { return false; }
   /// Restores the state written by `save_state`.
   virtual void load_state(torch::serialize::InputArchive& /*archive*/) {}
   /// Called when the trainer takes a checkpoint, before any callback's state goes into it: finish

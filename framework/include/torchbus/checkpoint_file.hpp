@@ -5,6 +5,8 @@
 /// and a writer that moves the disk work off the training thread (files are written atomically:
 /// see atomic_file.hpp).
 
+#include <torchbus/checkpoint_snapshot.hpp>
+
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -63,11 +65,10 @@ class CheckpointWriter {
   /// Waits for the write in flight (errors are logged, not thrown, here).
   ~CheckpointWriter();
 
-  /// Starts writing `bytes` to `path` atomically (and durably) once the previous write finished,
-  /// then runs `after_durable` (moving a link, removing older files) on the same background
-  /// thread. At most one write is in flight.
-  void write(std::filesystem::path path, std::string bytes,
-             std::function<void()> after_durable = {});
+  /// Once the previous write finished, serializes `snapshot` and writes it to its path atomically
+  /// (and durably), then runs `after_durable` (moving a link, removing older files), all on the
+  /// background thread. At most one write is in flight.
+  void write(CheckpointSnapshot snapshot, std::function<void()> after_durable = {});
   /// Waits until nothing is in flight; rethrows the error of a failed write (a CheckpointError
   /// naming the file).
   void flush();

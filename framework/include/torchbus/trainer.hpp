@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
+#include <torchbus/checkpoint_snapshot.hpp>
 #include <torchbus/trainer_options.hpp>
 
 #include <cstdint>
@@ -150,6 +151,10 @@ class Trainer {
   /// The framed bytes of a checkpoint of the run now, which the caller writes to `path`
   /// (CheckpointWriter); `path` is what `on_save_checkpoint` is told, and may be empty.
   std::string checkpoint_bytes(const std::filesystem::path& path = {});
+  /// A checkpoint of the run now, as copies that later steps do not change: its bytes can be made
+  /// later, on another thread (ModelCheckpoint's background writes). Valid where save_checkpoint
+  /// is; calls every callback's `on_save_checkpoint` first.
+  CheckpointSnapshot capture_checkpoint(const std::filesystem::path& path = {});
   /// Makes the next fit() continue from `path`: a checkpoint file, or a directory whose newest
   /// valid checkpoint is used.
   void resume_from(std::filesystem::path path);

@@ -78,6 +78,8 @@ class ClassificationMetrics : public Callback {
 
   /// Writes the number of classes and the last confusion matrix.
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
 

@@ -82,6 +82,8 @@ class EarlyStopping : public Callback {
 
   /// Writes best, wait, the last point checked and the stop epoch.
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
 

@@ -109,6 +109,8 @@ class LearningRateScheduler : public Callback {
 
   /// Writes t, the base and current learning rates and the plateau counters.
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
 

@@ -79,6 +79,8 @@ class ModelCheckpoint : public Callback {
   void on_exception(State& state) override;
   void on_load_checkpoint(const Checkpoint& checkpoint) override;
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   void load_state(torch::serialize::InputArchive& archive) override;
 
   /// A checkpoint kept: its file, the monitored value that ranks it (none: no monitor, or taken

@@ -135,6 +135,8 @@ class RunReport : public Callback {
   void on_action_end(State& state) override;
   /// Writes the sampled series and the wall time.
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
 

@@ -100,6 +100,8 @@ class SWA : public Callback {
 
   /// Writes the average, its count and the learning rates at the start.
   void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Its state is copies: a background checkpoint serializes it off the training thread.
+  bool state_is_snapshot() const override { return true; }
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
 
