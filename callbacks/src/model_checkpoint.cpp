@@ -54,9 +54,9 @@ ModelCheckpoint::~ModelCheckpoint() = default;
 
 void ModelCheckpoint::on_added(Trainer& trainer) {
   const auto& directory = options_.directory();
-  if (options_.resume() && trainer.options().fast_dev_run() == 0 && fs::is_directory(directory)) {
+  if (options_.resume() && fs::is_directory(directory)) {
     remove_stale_temporaries(directory);
-    if (newest_valid_checkpoint(directory)) trainer.resume_from(directory);
+    if (newest_valid_checkpoint(directory)) trainer.resume_by_default_from(directory);
   }
 }
 

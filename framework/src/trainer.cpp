@@ -192,10 +192,14 @@ void Trainer::run_as(Action action, const std::function<void()>& body) {
 
 void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
   run_as(Action::Fit, [&] {
-    TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_path_, ConfigError,
+    if (options_.fast_dev_run() > 0 && resume_ && resume_->by_default) {
+      logger()->info("fast_dev_run starts from scratch: not resuming from {}",
+                     resume_->path.string());
+      resume_.reset();
+    }
+    TORCHBUS_CHECK(options_.fast_dev_run() == 0 || !resume_, ConfigError,
                    "fast_dev_run checks the loop from a fresh start and does not resume (from ",
-                   resume_path_ ? resume_path_->string() : std::string(),
-                   "); drop one of them (a ModelCheckpoint with resume(true) asks for a resume)");
+                   resume_ ? resume_->path.string() : std::string(), "); drop one of them");
     prepare_run();
     auto& parts = *parts_;
     parts.step.reset();
@@ -203,10 +207,10 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
     if (run_options_.seed()) torch::manual_seed(*run_options_.seed());
     module_->train();
     parts.step.prepare();
-    const bool fresh = !resume_path_;
-    if (resume_path_) {
-      const auto path = *resume_path_;
-      resume_path_.reset();
+    const bool fresh = !resume_;
+    if (resume_) {
+      const auto path = resume_->path;
+      resume_.reset();
       resume_from_checkpoint(parts.checkpoint(), path);
     }
     parts.events.run_action([&] { parts.fit.run(train, validation, fresh); }, process_group());
@@ -246,7 +250,12 @@ void Trainer::save_checkpoint(const fs::path& path) {
 void Trainer::resume_from(fs::path path) {
   TORCHBUS_CHECK(fs::exists(path), CheckpointError, "cannot resume from ", path.string(),
                  ": no such file or directory");
-  resume_path_ = std::move(path);
+  resume_ = ResumeRequest{std::move(path), /*by_default=*/false};
+}
+
+void Trainer::resume_by_default_from(fs::path path) {
+  resume_from(std::move(path));
+  resume_->by_default = true;
 }
 
 void Trainer::load_checkpoint(const fs::path& path) {

@@ -368,6 +368,43 @@ BOOST_AUTO_TEST_CASE(saves_when_stopped_and_resumes_from_its_folder) {
              lines[0]);
 }
 
+BOOST_AUTO_TEST_CASE(a_fast_dev_run_starts_fresh_where_resume_true_would_resume) {
+  const auto folder = scratch_path("model_checkpoint", "fast_dev_run_resume");
+  {
+    CheckpointRun run(TrainerOptions().max_epochs(1));
+    run.trainer.add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder)));
+    run.fit();
+    BOOST_TEST_REQUIRE(run.trainer.state().step == 4);
+  }
+  const auto before = entry_names(folder);
+  // The quick check of the loop ignores the resume the callback asks for, and writes nothing.
+  CheckpointRun quick(TrainerOptions().max_epochs(2).fast_dev_run(true));
+  std::int64_t quick_start = -1;
+  quick.trainer.on(Event::ActionStart, [&](State& s) { quick_start = s.step; });
+  CapturedLog log;
+  quick.trainer.add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder).resume(true)));
+  quick.fit();
+  BOOST_TEST(quick_start == 0);
+  BOOST_TEST(quick.trainer.state().step == 1);
+  BOOST_TEST(log.messages("info", "fast_dev_run starts from scratch").size() == 1u);
+  BOOST_TEST((entry_names(folder) == before));
+  // An explicit resume_from is refused there, naming the conflict.
+  CheckpointRun explicit_resume(TrainerOptions().max_epochs(2).fast_dev_run(true));
+  explicit_resume.trainer.resume_from(folder);
+  BOOST_CHECK_EXCEPTION(explicit_resume.fit(), ConfigError, [](const ConfigError& error) {
+    return std::string(error.what()).find("fast_dev_run") != std::string::npos;
+  });
+  // Without fast_dev_run the same callback resumes.
+  CheckpointRun resumed(TrainerOptions().max_epochs(2));
+  std::int64_t resumed_start = -1;
+  resumed.trainer.on(Event::ActionStart, [&](State& s) { resumed_start = s.step; });
+  resumed.trainer.add(
+      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(folder).resume(true)));
+  resumed.fit();
+  BOOST_TEST(resumed_start == 4);
+  BOOST_TEST(resumed.trainer.state().step == 8);
+}
+
 BOOST_AUTO_TEST_CASE(state_round_trips_through_save_and_load) {
   const auto folder = scratch_path("model_checkpoint", "state");
   CheckpointRun run(TrainerOptions().max_epochs(1));

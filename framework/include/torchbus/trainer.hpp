@@ -158,6 +158,10 @@ class Trainer {
   /// Makes the next fit() continue from `path`: a checkpoint file, or a directory whose newest
   /// valid checkpoint is used.
   void resume_from(std::filesystem::path path);
+  /// The resume a callback asks for on the user's behalf (ModelCheckpoint's `resume(true)`): as
+  /// resume_from, except that a fast_dev_run, which checks the loop from a fresh start, ignores it
+  /// (an explicit resume_from is refused there).
+  void resume_by_default_from(std::filesystem::path path);
   /// Restores the checkpoint at `path` now, the run's end included (a run that had finished
   /// trains nothing more). Everything is validated before anything changes; a mismatch, or a file
   /// that cannot be read for any reason, throws CheckpointError naming the file and what is wrong.
@@ -205,7 +209,12 @@ class Trainer {
   EventPublisher publisher_;
   State state_;
   std::unique_ptr<Parts> parts_;
-  std::optional<std::filesystem::path> resume_path_;  // applied by the next fit()
+  /// A resume the next fit() applies.
+  struct ResumeRequest {
+    std::filesystem::path path;
+    bool by_default = false;  ///< asked for by a callback: a fast_dev_run ignores it
+  };
+  std::optional<ResumeRequest> resume_;
 };
 
 }  // namespace torchbus
