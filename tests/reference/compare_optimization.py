@@ -7,19 +7,22 @@ it with PyTorch on the same inputs:
   raw weights torchbus had after every optimizer step;
 - SWA: AveragedModel's default equal-weight average in float64, fed the raw weights of every epoch
   end from the start epoch on; then torch.optim.swa_utils.update_bn on the same batch-norm data
-  with the averaged weights torchbus put in the model;
+  with the averaged weights torchbus put in the model; the learning rate of every step with
+  torch.optim.swa_utils.SWALR (relative error 1e-9);
 - clipping: torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on the gradients the backward left.
 Every tensor of every step agrees within a relative error of 1e-6 (max |torchbus - PyTorch| over
 the largest |PyTorch| value of the tensor; float32 against float64 for the averages), integer
 tensors exactly. Usage: compare_optimization.py PATH/TO/optimization_reference WORK_DIR"""
 
 import json
+import math
 import os
 import subprocess
 import sys
+import warnings
 
 import torch
-from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 TOLERANCE = 1e-6
 
@@ -109,7 +112,33 @@ def compare_ema(case, record, comparison):
                                  {name: final[name] for name in expected}, expected)
 
 
+def swalr_rates(case):
+    """The learning rate of every epoch with SWALR built at the start epoch: torchbus' averaged
+    epoch start + k runs with SWALR's rate after k + 1 steps (the annealing starts in the first
+    averaged epoch; PyTorch's example steps SWALR after each averaged epoch, one epoch later)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))],
+                                lr=case["base_lr"], momentum=0.9)
+    rates = []
+    for epoch in range(case["epochs"]):
+        if epoch == case["start_epoch"]:
+            scheduler = SWALR(optimizer, swa_lr=case["swa_lr"],
+                              anneal_epochs=case["annealing_epochs"],
+                              anneal_strategy=case["annealing"])
+        if epoch >= case["start_epoch"]:
+            optimizer.step()
+            scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    return rates
+
+
 def compare_swa(case, record, comparison):
+    rates = swalr_rates(case)
+    if not case["lr"]:
+        comparison.failures.append("no learning rate recorded")
+    for step, (epoch, lr) in enumerate(case["lr"]):
+        if not math.isclose(lr, rates[epoch], rel_tol=1e-9):
+            comparison.failures.append(f"step {step} (epoch {epoch}) lr: torchbus {lr!r},"
+                                       f" SWALR {rates[epoch]!r}")
     model = make_model().double()
     average = AveragedModel(model)  # equal weights: avg + (new - avg) / (n + 1)
     for epoch in range(case["start_epoch"], case["epochs"]):
@@ -173,6 +202,7 @@ def comparator_can_fail():
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
+    warnings.simplefilter("ignore")  # SWALR's "lr_scheduler.step() before optimizer.step()"
     directory = os.path.join(sys.argv[2], "optimization")
     subprocess.run([sys.argv[1], directory], check=True)
     with open(os.path.join(directory, "cases.json"), encoding="utf-8") as f:

@@ -92,22 +92,24 @@ json ema_case(const std::string& name, EMAOptions options, int steps, const fs::
               {"apply_at_end", options.apply_at_end()}};
 }
 
-/// SWA from `start_epoch` with update_batch_norm on `bn_batches` batches: the raw weights and
-/// the average at every epoch end, the batch-norm data and the model after fit().
-json swa_case(const std::string& name, std::int64_t epochs, std::int64_t start_epoch,
-              int bn_batches, const fs::path& dir) {
+/// SWA (`options`, with a start_epoch and a swa_lr) with update_batch_norm on `bn_batches`
+/// batches: the learning rate of every step, the raw weights and the average at every epoch end,
+/// the batch-norm data and the model after fit().
+json swa_case(const std::string& name, std::int64_t epochs, SWAOptions options, int bn_batches,
+              const fs::path& dir) {
   auto model = make_batch_norm_model();
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const double base_lr = 0.1;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(base_lr).momentum(0.9));
   Trainer trainer(model, sgd, cross_entropy,
                   TrainerOptions().max_epochs(epochs).use_registered_subscriptions(false));
   auto bn_data = make_batches(bn_batches, 5, 4, 3, /*seed=*/11);
   auto swa = std::make_shared<SWA>(
-      SWAOptions()
-          .start_epoch(start_epoch)
-          .swa_lr(0.02)
-          .annealing_epochs(2)
-          .batch_norm_data(std::make_shared<RangeSource<std::vector<Batch>>>(bn_data)));
+      options.batch_norm_data(std::make_shared<RangeSource<std::vector<Batch>>>(bn_data)));
   trainer.add(swa);
+  json lrs = json::array();  // [epoch, learning rate] of every optimizer step
+  trainer.on(Event::BeforeOptimizerStep, [&](State& state) {
+    lrs.push_back({state.epoch, state.optimizer->param_groups()[0].options().get_lr()});
+  });
   Record record;
   trainer.on(Event::EpochEnd, [&](State& state) {
     const auto epoch = "epoch" + std::to_string(state.epoch);
@@ -124,7 +126,12 @@ json swa_case(const std::string& name, std::int64_t epochs, std::int64_t start_e
   return json{{"name", name},
               {"kind", "swa"},
               {"epochs", epochs},
-              {"start_epoch", start_epoch},
+              {"start_epoch", options.start_epoch().value()},
+              {"base_lr", base_lr},
+              {"swa_lr", options.swa_lr().value()},
+              {"annealing_epochs", options.annealing_epochs()},
+              {"annealing", options.annealing() == SWAAnnealing::Cosine ? "cos" : "linear"},
+              {"lr", lrs},
               {"bn_batches", bn_batches}};
 }
 
@@ -169,7 +176,12 @@ int main(int argc, char** argv) {
       ema_case("ema_every_2_steps_parameters_only",
                EMAOptions().decay(0.75).every_n_steps(2).average_buffers(false).apply_at_end(false),
                7, dir));
-  cases.push_back(swa_case("swa_update_bn", 5, 2, 3, dir));
+  cases.push_back(swa_case("swa_update_bn", 5,
+                           SWAOptions().start_epoch(2).swa_lr(0.02).annealing_epochs(2), 3, dir));
+  cases.push_back(swa_case(
+      "swa_linear_annealing", 6,
+      SWAOptions().start_epoch(1).swa_lr(0.01).annealing_epochs(3).annealing(SWAAnnealing::Linear),
+      2, dir));
   cases.push_back(clip_case("clip_norm", TrainerOptions().gradient_clip_norm(0.3), 4, true, dir));
   cases.push_back(clip_case("clip_norm_not_reached", TrainerOptions().gradient_clip_norm(100.0), 2,
                             false, dir));
