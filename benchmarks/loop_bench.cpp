@@ -547,8 +547,8 @@ class TrainerLoop final : public Variant {
     // Logging every step: a CSV row (flushed) and a TensorBoard event (loss and lr scalars,
     // written by the logger's background thread). "loss" is a scalar, so no histograms.
     csv_path_ = log_dir / (spec.name + "-logging.csv");
-    trainer_.add(std::make_shared<torchbus::CsvLogger>(
-        torchbus::CsvLoggerOptions(csv_path_.string()).step_freq(1)));
+    trainer_.add(
+        std::make_shared<torchbus::CsvLogger>(torchbus::CsvLoggerOptions(csv_path_).step_freq(1)));
     tensorboard_ = std::make_shared<torchbus::TensorBoardLogger>(
         torchbus::TensorBoardLoggerOptions((log_dir / ("tb-" + spec.name)).string()).step_freq(1));
     trainer_.add(tensorboard_);

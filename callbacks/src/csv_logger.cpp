@@ -104,8 +104,6 @@ bool keep_before_resume(const std::string& kind, std::int64_t step, std::int64_t
 
 }  // namespace
 
-CsvLoggerOptions::CsvLoggerOptions(std::string path) : path_(std::move(path)) {}
-
 void CsvLoggerOptions::validate() const {
   TORCHBUS_CHECK(!path().empty(), ConfigError,
                  "CsvLogger: path is empty; give the CSV file to write, e.g. \"metrics.csv\"");
@@ -157,7 +155,7 @@ void CsvLogger::on_action_start(State& /*state*/) {
 }
 
 void CsvLogger::open(bool replace) {
-  const fs::path path(options_.path());
+  const fs::path& path = options_.path();
   const std::string who = "CsvLogger '" + name() + "'";
   if (out_.file.is_open()) out_.file.close();
   out_.rows = std::make_unique<detail::CsvRows>();
@@ -348,7 +346,7 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
     out_.rows->widen(extra.size());
   } else {
     flush_rows();  // the rewrite copies the file, buffered rows included
-    const fs::path path(options_.path());
+    const fs::path& path = options_.path();
     out_.file.close();
     rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
     out_.file.open(path, std::ios::out | std::ios::app);
@@ -365,7 +363,7 @@ void CsvLogger::on_epoch_start(State& state) {
 
 void CsvLogger::reconcile(const State& state) {
   reconciled_ = true;
-  const fs::path path(options_.path());
+  const fs::path& path = options_.path();
   const Scan existing = scan(path);
   const bool fresh = state.step == 0 && state.epoch == 0;
   const bool drop = !fresh && any_dropped(path, keep_before_resume, state.step, state.epoch);
@@ -497,7 +495,7 @@ void CsvLogger::flush_rows() {
   out_.file.flush();
   out_.flushed_at = std::chrono::steady_clock::now();
   TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
-                 options_.path(), "' failed: ", system_error_text(errno));
+                 options_.path().string(), "' failed: ", system_error_text(errno));
 }
 
 void CsvLogger::on_save_checkpoint(const Checkpoint& /*checkpoint*/) {

@@ -53,10 +53,9 @@ DefaultCallbacks add_default_callbacks(Trainer& trainer, const DefaultCallbacksO
         add(std::make_shared<SimpleLogger>(SimpleLoggerOptions().step_freq(options.log_every())));
   }
   if (files && options.csv()) {
-    added.csv_logger =
-        add(std::make_shared<CsvLogger>(CsvLoggerOptions((dir / "metrics.csv").string())
-                                            .step_freq(options.log_every())
-                                            .append(options.append())));
+    added.csv_logger = add(std::make_shared<CsvLogger>(CsvLoggerOptions(dir / "metrics.csv")
+                                                           .step_freq(options.log_every())
+                                                           .append(options.append())));
   }
   if (files && options.tensorboard()) {
     added.tensorboard_logger = add(std::make_shared<TensorBoardLogger>(

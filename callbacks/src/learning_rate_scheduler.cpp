@@ -68,6 +68,10 @@ void validate(const ReduceOnPlateauOptions& o) {
   TORCHBUS_CHECK(o.min_delta() >= 0.0, ConfigError,
                  "LearningRateScheduler: reduce-on-plateau min_delta must be >= 0, got ",
                  o.min_delta());
+  TORCHBUS_CHECK(o.threshold_mode() == ThresholdMode::Abs || o.min_delta() < 1.0, ConfigError,
+                 "LearningRateScheduler: reduce-on-plateau min_delta must be < 1 with "
+                 "ThresholdMode::Rel (a fraction of the best value), got ",
+                 o.min_delta());
   TORCHBUS_CHECK(o.check_on() == Event::EvalEnd || o.check_on() == Event::EpochEnd, ConfigError,
                  "LearningRateScheduler: reduce-on-plateau check_on must be EvalEnd or EpochEnd, "
                  "got ",
@@ -86,7 +90,8 @@ LearningRateScheduler::LearningRateScheduler(LrSchedule schedule,
       kind_(Kind::Lambda),
       schedule_(std::move(schedule)),
       options_(std::move(options)),
-      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta(),
+               plateau_.threshold_mode()) {
   set_role(Role::Scheduler).after(Role::Metrics);
 }
 
@@ -96,7 +101,8 @@ LearningRateScheduler::LearningRateScheduler(ReduceOnPlateauOptions plateau,
       kind_(Kind::Plateau),
       plateau_(std::move(plateau)),
       options_(std::move(options)),
-      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta(),
+               plateau_.threshold_mode()) {
   set_role(Role::Scheduler).after(Role::Metrics);
   validate(plateau_);
 }
@@ -107,7 +113,8 @@ LearningRateScheduler::LearningRateScheduler(std::shared_ptr<torch::optim::LRSch
       kind_(Kind::LibTorch),
       libtorch_(std::move(scheduler)),
       options_(std::move(options)),
-      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta()) {
+      monitor_(plateau_.monitor(), plateau_.mode(), plateau_.min_delta(),
+               plateau_.threshold_mode()) {
   set_role(Role::Scheduler).after(Role::Metrics);
   TORCHBUS_CHECK(libtorch_ != nullptr, ConfigError,
                  "LearningRateScheduler needs a LibTorch scheduler (e.g. torch::optim::StepLR), "

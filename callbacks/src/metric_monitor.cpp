@@ -8,10 +8,12 @@
 
 namespace torchbus {
 
-MetricMonitor::MetricMonitor(std::string monitor, Mode mode, double min_delta)
+MetricMonitor::MetricMonitor(std::string monitor, Mode mode, double min_delta,
+                             ThresholdMode threshold_mode)
     : monitor_(std::move(monitor)),
       mode_(mode),
       min_delta_(min_delta),
+      threshold_mode_(threshold_mode),
       best_(mode == Mode::Min ? std::numeric_limits<double>::infinity()
                               : -std::numeric_limits<double>::infinity()) {}
 
@@ -35,7 +37,12 @@ const MetricPoint* MetricMonitor::poll(const State& state, Event check_on, std::
   return &point;
 }
 
+// PyTorch's ReduceLROnPlateau._is_better, literally: 'rel' scales the best value (of either sign).
 bool MetricMonitor::improved(double value) const noexcept {
+  if (threshold_mode_ == ThresholdMode::Rel) {
+    return mode_ == Mode::Min ? value < best_ * (1.0 - min_delta_)
+                              : value > best_ * (min_delta_ + 1.0);
+  }
   return mode_ == Mode::Min ? value < best_ - min_delta_ : value > best_ + min_delta_;
 }
 

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -419,6 +420,29 @@ BOOST_AUTO_TEST_CASE(appending_to_a_file_it_did_not_write_is_a_config_error) {
   const auto message = message_of<ConfigError>([&] { run.trainer.fit(train); });
   BOOST_TEST(has(message, "does not start with kind,step,epoch,wall_time"));
   BOOST_TEST(run.trainer.state().step == 0);
+}
+
+// The path is a std::filesystem::path, as ModelCheckpointOptions' directory; strings still convert.
+static_assert(
+    std::is_same_v<decltype(std::declval<const CsvLoggerOptions&>().path()), const fs::path&>);
+static_assert(std::is_convertible_v<std::string, CsvLoggerOptions>);
+static_assert(std::is_convertible_v<const char*, CsvLoggerOptions>);
+static_assert(std::is_convertible_v<fs::path, CsvLoggerOptions>);
+
+BOOST_AUTO_TEST_CASE(path_is_a_filesystem_path_and_strings_convert) {
+  TempDir dir("csv");
+  const fs::path path = dir.path / "a dir" / "metrics.csv";
+  BOOST_TEST(CsvLoggerOptions(path).path() == path);
+  BOOST_TEST(CsvLoggerOptions(path.string()).path() == path);
+  BOOST_TEST(CsvLoggerOptions("m.csv").path() == fs::path("m.csv"));
+  BOOST_TEST(CsvLoggerOptions("m.csv").path(path).path() == path);
+  Run run;
+  run.trainer.add(std::make_shared<CsvLogger>(path.string()));  // a string, as before
+  run.trainer.add(std::make_shared<CsvLogger>(
+      CsvLoggerOptions(dir.path / "other.csv").name("other").step_freq(1)));
+  run.trainer.fit(make_batches(2, 4));
+  BOOST_TEST(read_csv(path).header.front() == "kind");
+  BOOST_TEST(read_csv(dir.path / "other.csv").of_kind("step").size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {

@@ -452,6 +452,12 @@ BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().min_lr(-1.0), "min_lr must be >= 0"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().eps(-1e-9), "eps must be >= 0"));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().monitor(""), "monitor is empty"));
+  // Relative: a fraction of the best value; from 1 on, a Min run could never improve.
+  BOOST_TEST(plateau_error(ReduceOnPlateauOptions().threshold_mode(ThresholdMode::Rel).min_delta(1),
+                           "min_delta must be < 1 with ThresholdMode::Rel (a fraction of the best "
+                           "value), got 1"));
+  BOOST_TEST(
+      !plateau_error(ReduceOnPlateauOptions().threshold_mode(ThresholdMode::Abs).min_delta(1), ""));
   BOOST_TEST(plateau_error(ReduceOnPlateauOptions().check_on(Event::StepEnd), "check_on"));
 
   BOOST_CHECK_THROW(LearningRateScheduler{LinearWarmupOptions(0)}, ConfigError);

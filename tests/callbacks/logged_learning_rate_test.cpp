@@ -27,8 +27,8 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
   // A different rate at every step: 0.1 / (t + 1).
   run.trainer.add(std::make_shared<LearningRateScheduler>(
       [](std::int64_t t, double base) { return base / static_cast<double>(t + 1); }));
-  run.trainer.add(std::make_shared<CsvLogger>(
-      CsvLoggerOptions((dir.path / "metrics.csv").string()).step_freq(1)));
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(dir.path / "metrics.csv").step_freq(1)));
   run.trainer.add(std::make_shared<SimpleLogger>(
       SimpleLoggerOptions().step_freq(1).precision(17).log_step_time(false)));
   auto tensorboard = std::make_shared<TensorBoardLogger>(

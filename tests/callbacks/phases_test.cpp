@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(each_builtin_runs_in_the_phases_it_did_before_the_bus_enfor
 BOOST_AUTO_TEST_CASE(a_fast_dev_run_writes_nothing) {
   const auto dir = scratch("builtin_phases", "fast_dev_run");
   Run run(TrainerOptions().fast_dev_run(2));
-  run.trainer.add(std::make_shared<CsvLogger>((dir / "metrics.csv").string()));
+  run.trainer.add(std::make_shared<CsvLogger>(dir / "metrics.csv"));
   run.trainer.add(std::make_shared<TensorBoardLogger>((dir / "tb").string()));
   run.trainer.add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(dir / "checkpoints")));
   run.trainer.add(std::make_shared<RunReport>((dir / "report.html").string()));

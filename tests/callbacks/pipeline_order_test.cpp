@@ -78,7 +78,7 @@ void add_built_ins(Trainer& trainer, const std::filesystem::path& dir, bool adve
   add(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(dir / "checkpoints")));
   add(std::make_shared<ProgressBar>());
   add(std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions((dir / "tb").string())));
-  add(std::make_shared<CsvLogger>(CsvLoggerOptions((dir / "metrics.csv").string())));
+  add(std::make_shared<CsvLogger>(CsvLoggerOptions(dir / "metrics.csv")));
   add(std::make_shared<SimpleLogger>());
   add(std::make_shared<EarlyStopping>(EarlyStoppingOptions().restore_best_weights(true)));
   add(std::make_shared<SWA>());

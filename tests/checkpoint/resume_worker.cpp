@@ -25,11 +25,11 @@ int main(int argc, char** argv) {
   run.trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State&) {
     log << run.seen.back() << "\n" << std::flush;
   });
-  run.trainer.add(std::make_shared<torchbus::CsvLogger>(
-      torchbus::CsvLoggerOptions((directory / "metrics.csv").string())
-          .step_freq(1)
-          .append(true)
-          .flush_secs(3600)));
+  run.trainer.add(
+      std::make_shared<torchbus::CsvLogger>(torchbus::CsvLoggerOptions(directory / "metrics.csv")
+                                                .step_freq(1)
+                                                .append(true)
+                                                .flush_secs(3600)));
   // After the loggers, as ModelCheckpoint.
   run.trainer.on(
       torchbus::Event::StepEnd,

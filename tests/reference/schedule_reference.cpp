@@ -193,6 +193,53 @@ int main(int argc, char** argv) {
                                                      {"threshold", 0.05},
                                                      {"threshold_mode", "abs"}}),
                {0.5, 0.54, 0.53, 0.7, 0.72, 0.74, 0.9, 0.91, 0.92, 0.93}));
+  // threshold_mode: 'rel' scales the best value (PyTorch's default, with threshold 1e-4), 'abs'
+  // above; the metrics are chosen so that the two modes reduce at different checks.
+  add(run_case("plateau_rel_min", "sgd", 0.1, 10,
+               std::make_shared<LearningRateScheduler>(ReduceOnPlateauOptions()
+                                                           .monitor("score")
+                                                           .patience(1)
+                                                           .factor(0.5)
+                                                           .min_delta(0.1)
+                                                           .threshold_mode(ThresholdMode::Rel)),
+               torch_scheduler("ReduceLROnPlateau", {{"mode", "min"},
+                                                     {"patience", 1},
+                                                     {"factor", 0.5},
+                                                     {"threshold", 0.1},
+                                                     {"threshold_mode", "rel"}}),
+               {10.0, 9.5, 9.2, 8.9, 8.5, 8.0, 7.0, 6.9, 6.8, 6.0}));
+  add(run_case("plateau_rel_max_negative", "sgd", 0.1, 10,
+               std::make_shared<LearningRateScheduler>(ReduceOnPlateauOptions()
+                                                           .monitor("score")
+                                                           .mode(Mode::Max)
+                                                           .patience(0)
+                                                           .factor(0.5)
+                                                           .min_delta(0.1)
+                                                           .threshold_mode(ThresholdMode::Rel)),
+               torch_scheduler("ReduceLROnPlateau", {{"mode", "max"},
+                                                     {"patience", 0},
+                                                     {"factor", 0.5},
+                                                     {"threshold", 0.1},
+                                                     {"threshold_mode", "rel"}}),
+               {-1.0, -0.95, -0.93, -0.5, -0.47, -0.46, 0.2, 0.21, 0.3, 0.31}));
+  add(run_case("plateau_pytorch_defaults", "sgd", 0.1, 10,
+               std::make_shared<LearningRateScheduler>(ReduceOnPlateauOptions()
+                                                           .monitor("score")
+                                                           .patience(2)
+                                                           .threshold_mode(ThresholdMode::Rel)
+                                                           .min_delta(1e-4)),
+               torch_scheduler("ReduceLROnPlateau", {{"patience", 2}}),
+               {10.0, 9.9995, 9.999, 9.9985, 9.998, 5.0, 4.9999, 4.9998, 4.9997, 4.9996}));
+  add(run_case(
+      "plateau_abs_same_metrics_as_rel", "sgd", 0.1, 10,
+      std::make_shared<LearningRateScheduler>(
+          ReduceOnPlateauOptions().monitor("score").patience(1).factor(0.5).min_delta(0.1)),
+      torch_scheduler("ReduceLROnPlateau", {{"mode", "min"},
+                                            {"patience", 1},
+                                            {"factor", 0.5},
+                                            {"threshold", 0.1},
+                                            {"threshold_mode", "abs"}}),
+      {10.0, 9.5, 9.2, 8.9, 8.5, 8.0, 7.0, 6.9, 6.8, 6.0}));
 
   std::ofstream out(argv[1]);
   out << json{{"cases", cases}}.dump(1) << '\n';

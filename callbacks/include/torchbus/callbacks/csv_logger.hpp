@@ -10,9 +10,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace torchbus {
@@ -23,14 +25,18 @@ class CsvRows;
 
 /// Where and what a CsvLogger writes, e.g. `CsvLoggerOptions("runs/a/metrics.csv").step_freq(10)`.
 struct CsvLoggerOptions {
-  /// Writes to the CSV file at `path`.
-  /* implicit */ CsvLoggerOptions(std::string path);  // NOLINT(google-explicit-constructor)
+  /// Writes to the CSV file at `path`: a std::filesystem::path, or anything that converts to one
+  /// (a std::string, a string literal), as ModelCheckpointOptions' directory.
+  template <typename Path,
+            typename = std::enable_if_t<std::is_constructible_v<std::filesystem::path, Path>>>
+  /* implicit */ CsvLoggerOptions(const Path& path)  // NOLINT(google-explicit-constructor)
+      : path_(path) {}
 
   /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
   /// instance of a run its own).
   TORCH_ARG(std::string, name) = "csv_logger";
   /// The CSV file (missing parent directories are created at ActionStart).
-  TORCH_ARG(std::string, path);
+  TORCH_ARG(std::filesystem::path, path);
   /// Write a step row at every StepEnd where `state.step % step_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, step_freq) = 50;
   /// One-element tensors written as columns of step rows (may be empty): the default is the step's

@@ -48,8 +48,15 @@ struct ReduceOnPlateauOptions {
   /// A group's reduction is skipped when it would lower the rate by `eps` or less (old - new <=
   /// eps), as PyTorch's ReduceLROnPlateau (>= 0).
   TORCH_ARG(double, eps) = 1e-8;
-  /// An improvement must beat the best value by more than this (>= 0).
+  /// An improvement must beat the best value by more than this (>= 0), measured by
+  /// threshold_mode: PyTorch's `threshold`.
   TORCH_ARG(double, min_delta) = 0.0;
+  /// How min_delta is measured: Abs (best -/+ min_delta) or Rel (best * (1 -/+ min_delta)), as
+  /// PyTorch's `threshold_mode`. Abs by default, unlike PyTorch's 'rel': min_delta is the same
+  /// absolute margin as EarlyStopping's (Lightning's), a run that sets it keeps its meaning, and
+  /// with the default min_delta 0 both modes agree. PyTorch's defaults (threshold 1e-4 'rel'):
+  /// `.threshold_mode(ThresholdMode::Rel).min_delta(1e-4)`.
+  TORCH_ARG(ThresholdMode, threshold_mode) = ThresholdMode::Abs;
   /// When to check: Event::EvalEnd (after every evaluation) or Event::EpochEnd.
   TORCH_ARG(Event, check_on) = Event::EvalEnd;
 };

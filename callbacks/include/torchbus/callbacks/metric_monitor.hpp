@@ -22,13 +22,20 @@ namespace torchbus {
 
 struct State;
 
+/// How an improvement's margin `min_delta` is measured, as PyTorch's ReduceLROnPlateau
+/// `threshold_mode`: Abs, beyond `best -/+ min_delta` ('abs'); Rel, beyond `best * (1 -/+
+/// min_delta)` ('rel'), -/+ for Min/Max.
+enum class ThresholdMode : std::uint8_t { Abs, Rel };
+
 /// The newest point of a monitored metric, compared with the best so far: `poll` returns a point
 /// only when the metric has one not seen at the previous poll, and `update` counts the checks
 /// without an improvement (`wait`).
 class MetricMonitor {
  public:
-  /// Watches `monitor`; lower (Min) or higher (Max) is better by more than `min_delta`.
-  MetricMonitor(std::string monitor, Mode mode, double min_delta);
+  /// Watches `monitor`; lower (Min) or higher (Max) is better by more than `min_delta`, measured
+  /// by `threshold_mode`.
+  MetricMonitor(std::string monitor, Mode mode, double min_delta,
+                ThresholdMode threshold_mode = ThresholdMode::Abs);
 
   /// Name of the watched metric.
   const std::string& monitor() const noexcept { return monitor_; }
@@ -43,7 +50,7 @@ class MetricMonitor {
   /// and `reader`, the callback that reads it (e.g. "EarlyStopping").
   const MetricPoint* poll(const State& state, Event check_on, std::string_view who,
                           std::string_view reader);
-  /// Whether `value` beats the best value by more than min_delta.
+  /// Whether `value` beats the best value by more than min_delta (by the threshold mode).
   bool improved(double value) const noexcept;
   /// Takes `value` as the new best and resets wait if it improved; otherwise adds one to wait.
   /// Returns whether it improved.
@@ -60,6 +67,7 @@ class MetricMonitor {
   std::string monitor_;
   Mode mode_;
   double min_delta_;
+  ThresholdMode threshold_mode_;
   double best_;
   std::int64_t wait_ = 0;
   std::int64_t last_count_ = -1;  // points of the metric at the previous poll
