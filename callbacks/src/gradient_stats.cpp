@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torchbus/callbacks/gradient_stats.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>
 
@@ -49,6 +50,7 @@ void GradientStats::on_after_optimizer_step(State& state) {
 }
 
 void GradientStats::compute(State& state) {
+  if (!names_optimizer_phase(state, options_.phase())) return;
   const auto step = state.step + 1;  // numbered like metric_names::kTrainLoss: this step included
   if (step % options_.step_freq() != 0) return;
   const double p = options_.norm_type();

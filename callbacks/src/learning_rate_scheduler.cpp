@@ -8,9 +8,11 @@
 #include <torch/serialize/archive.h>
 #include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -162,22 +164,36 @@ void LearningRateScheduler::advance(torch::optim::Optimizer& optimizer) {
   }
 }
 
+torch::optim::Optimizer* LearningRateScheduler::scheduled_optimizer(const State& state) const {
+  if (options_.phase().empty() || state.optimizer == nullptr) return state.optimizer;
+  std::vector<std::string> names;
+  for (const auto& phase : state.trainer().optimizer_phases()) {
+    if (phase.name() == options_.phase()) return phase.optimizer();
+    names.push_back(phase.name());
+  }
+  throw ConfigError(detail::concat(
+      "LearningRateScheduler '", name(), "': the trainer has no optimizer phase named '",
+      options_.phase(), "'; its phases are ", detail::join_or_none(names)));
+}
+
 void LearningRateScheduler::on_action_start(State& state) {
-  if (state.optimizer == nullptr) return;
-  capture(*state.optimizer);
-  apply(*state.optimizer);
+  auto* optimizer = scheduled_optimizer(state);
+  if (optimizer == nullptr) return;
+  capture(*optimizer);
+  apply(*optimizer);
   pending_apply_ = false;
 }
 
 void LearningRateScheduler::on_step_start(State& state) {
-  if (!pending_apply_ || state.optimizer == nullptr) return;
-  capture(*state.optimizer);
-  apply(*state.optimizer);
+  auto* optimizer = pending_apply_ ? scheduled_optimizer(state) : nullptr;
+  if (optimizer == nullptr) return;
+  capture(*optimizer);
+  apply(*optimizer);
   pending_apply_ = false;
 }
 
 void LearningRateScheduler::on_after_optimizer_step(State& state) {
-  if (state.optimizer == nullptr) return;
+  if (state.optimizer == nullptr || !names_optimizer_phase(state, options_.phase())) return;
   const auto& groups = state.optimizer->param_groups();
   for (std::size_t i = 0; i < metric_names_.size() && i < groups.size(); ++i) {
     // Numbered like metric_names::kTrainLoss: the step count including this step.
@@ -193,20 +209,21 @@ void LearningRateScheduler::on_eval_end(State& state) {
 
 void LearningRateScheduler::on_epoch_end(State& state) {
   if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EpochEnd) check_plateau(state);
-  if (options_.interval() == ScheduleInterval::Epoch && state.optimizer != nullptr) {
-    advance(*state.optimizer);
-  }
+  auto* optimizer =
+      options_.interval() == ScheduleInterval::Epoch ? scheduled_optimizer(state) : nullptr;
+  if (optimizer != nullptr) advance(*optimizer);
 }
 
 void LearningRateScheduler::check_plateau(State& state) {
-  if (state.optimizer == nullptr) return;
+  auto* optimizer = scheduled_optimizer(state);
+  if (optimizer == nullptr) return;
   const auto& monitor = plateau_.monitor();
   const MetricPoint* point = monitor_.poll(
       state, plateau_.check_on(),
       detail::concat("LearningRateScheduler '", name(), "': reduce-on-plateau metric"), name());
   if (point == nullptr) return;
 
-  capture(*state.optimizer);
+  capture(*optimizer);
   monitor_.update(point->value);
   if (cooldown_left_ > 0) {
     --cooldown_left_;
@@ -223,7 +240,7 @@ void LearningRateScheduler::check_plateau(State& state) {
     }
     if (changed) {
       ++reductions_;
-      apply(*state.optimizer);
+      apply(*optimizer);
       logger()->info(
           "LearningRateScheduler: {} did not improve for {} checks; learning rate of "
           "group 0 reduced to {}",

@@ -72,7 +72,12 @@ std::optional<double> learning_rate_or_warn_once(const State& state, bool& warne
   return std::nullopt;
 }
 
+bool names_optimizer_phase(const State& state, std::string_view phase) noexcept {
+  return phase.empty() ? state.optimizer_phase == 0 : state.optimizer_phase_name == phase;
+}
+
 void StepLearningRate::capture(const State& state) noexcept {
+  if (!names_optimizer_phase(state, "")) return;  // several optimizers: the first's rate
   if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) return;
   try {
     lr_ = state.optimizer->param_groups()[0].options().get_lr();

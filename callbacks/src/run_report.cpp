@@ -407,7 +407,11 @@ void RunReport::on_step_start(State& /*state*/) {
 }
 
 void RunReport::on_before_optimizer_step(State& state) {
-  if (!options_.record_lr() || state.skip_update || warned_lr_) return;
+  // With several optimizers, the first phase's rate, as the loggers write it.
+  if (!options_.record_lr() || state.skip_update || warned_lr_ ||
+      !names_optimizer_phase(state, "")) {
+    return;
+  }
   const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"RunReport", *this},
                                              "the report has no lr chart");
   // The point of the update this step makes, as LearningRateScheduler records it.

@@ -175,50 +175,69 @@ std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) 
   return sizes;
 }
 
-void save_optimizer(OutputArchive& archive, torch::optim::Optimizer& optimizer,
+// The first phase's optimizer (the only one of a trainer of one optimizer) under "optimizer",
+// "optimizer_type", "optimizer_groups"; phase i's under the same keys with "_i" appended.
+void save_optimizer(OutputArchive& archive, torch::optim::Optimizer& optimizer, std::size_t index,
                     TensorCapture capture) {
-  archive.write("optimizer_type", c10::IValue(type_name(typeid(optimizer))));
-  archive.write("optimizer_groups", c10::IValue(group_sizes(optimizer)));
+  archive.write(detail::indexed_key("optimizer_type", index),
+                c10::IValue(type_name(typeid(optimizer))));
+  archive.write(detail::indexed_key("optimizer_groups", index),
+                c10::IValue(group_sizes(optimizer)));
+  const auto key = detail::indexed_key("optimizer", index);
   OutputArchive optimizer_archive;
   if (capture == TensorCapture::References) {
     optimizer.save(optimizer_archive);
-    archive.write("optimizer", optimizer_archive);
+    archive.write(key, optimizer_archive);
     return;
   }
   const detail::OptimizerStateCopies copies(optimizer);
   optimizer.save(optimizer_archive);
   // A state of a type whose tensors cannot be copied is serialized now, before training goes on.
-  write_section(archive, "optimizer", optimizer_archive,
+  write_section(archive, key, optimizer_archive,
                 copies.copied() ? Section::Deferred : Section::Serialized);
 }
 
-InputArchive read_optimizer(CheckpointReader& reader, const torch::optim::Optimizer& optimizer) {
-  const auto optimizer_type = reader.value("optimizer_type").toStringRef();
+InputArchive read_optimizer(CheckpointReader& reader, const OptimizerPhase& phase,
+                            std::size_t index) {
+  const auto& optimizer = *phase.optimizer();
+  const auto which = phase.name().empty()
+                         ? std::string("optimizer")
+                         : detail::concat("optimizer of phase '", phase.name(), "'");
+  const auto optimizer_type =
+      reader.value(detail::indexed_key("optimizer_type", index)).toStringRef();
   if (optimizer_type != type_name(typeid(optimizer))) {
-    reader.fail("was written with optimizer ", optimizer_type, "; this trainer uses ",
+    reader.fail("was written with ", which, " ", optimizer_type, "; this trainer uses ",
                 type_name(typeid(optimizer)));
   }
-  const auto groups = reader.value("optimizer_groups").toIntVector();
+  const auto groups = reader.value(detail::indexed_key("optimizer_groups", index)).toIntVector();
   if (groups != group_sizes(optimizer)) {
-    reader.fail("has optimizer parameter groups of sizes ", c10::IntArrayRef(groups),
+    reader.fail("has ", which, " parameter groups of sizes ", c10::IntArrayRef(groups),
                 "; this optimizer's are ", c10::IntArrayRef(group_sizes(optimizer)));
   }
-  return reader.nested("optimizer");
+  return reader.nested(detail::indexed_key("optimizer", index));
 }
 
-/// Loads `archive` into `optimizer`; if that fails, restores the state it had and rethrows.
-void load_optimizer_or_restore(torch::optim::Optimizer& optimizer, InputArchive& archive) {
-  std::ostringstream previous;
-  OutputArchive backup;
-  optimizer.save(backup);
-  backup.save_to(previous);
+/// Loads `archives` into the phases' optimizers; if one fails, restores the states they all had
+/// and rethrows.
+void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
+                                std::vector<InputArchive>& archives) {
+  std::vector<std::string> previous;
+  for (const auto& phase : phases) {
+    std::ostringstream bytes;
+    OutputArchive backup;
+    phase.optimizer()->save(backup);
+    backup.save_to(bytes);
+    previous.push_back(bytes.str());
+  }
   try {
-    optimizer.load(archive);
+    for (std::size_t i = 0; i < phases.size(); ++i) phases[i].optimizer()->load(archives[i]);
   } catch (...) {
-    std::istringstream in(previous.str());
-    InputArchive restore;
-    restore.load_from(in);
-    optimizer.load(restore);
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      std::istringstream in(previous[i]);
+      InputArchive restore;
+      restore.load_from(in);
+      phases[i].optimizer()->load(restore);
+    }
     throw;
   }
 }
@@ -343,10 +362,14 @@ void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
   if (version != kPayloadFormatVersion) {
     reader.fail("has payload format version ", version, "; expected ", kPayloadFormatVersion);
   }
+  // The optimizer phases first: a checkpoint of other phases is of another kind of run.
+  auto optimization = parts.step.read(reader);
   const auto model = read_model(reader, parts.module);
-  auto optimizer_archive = read_optimizer(reader, parts.optimizer);
+  std::vector<InputArchive> optimizer_archives;
+  for (std::size_t i = 0; i < parts.phases.size(); ++i) {
+    optimizer_archives.push_back(read_optimizer(reader, parts.phases[i], i));
+  }
   const auto progress = parts.fit.read(reader, parts.options);
-  auto loss_scaler = parts.step.read(reader);
   const auto saved_options = reader.value("options").toStringRef();
   if (saved_options != describe_options(parts.options)) {
     logger()->info("checkpoint {} was written with other options:\n{}", path.string(),
@@ -356,12 +379,12 @@ void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
   const auto filter_counts = read_filter_counts(reader);
   // 2. Callbacks first: one whose load_state throws leaves the model untouched.
   load_callbacks(reader, parts.bus, path);
-  // 3. Validated: apply. The optimizer's state first: a damaged file may hold state that it
-  // cannot take (its entries are only read here), and then the optimizer is put back as it was.
-  load_optimizer_or_restore(parts.optimizer, optimizer_archive);
+  // 3. Validated: apply. The optimizers' states first: a damaged file may hold state that one
+  // cannot take (its entries are only read here), and then they are put back as they were.
+  load_optimizers_or_restore(parts.phases, optimizer_archives);
   copy_into(model.parameters, model.current_parameters);
   copy_into(model.buffers, model.current_buffers);
-  parts.step.restore(std::move(loss_scaler));
+  parts.step.restore(std::move(optimization));
   parts.bus.restore_filter_counts(filter_counts);
   parts.state.metrics.clear();
   for (auto& [name, series] : metrics) parts.state.metrics.set_series(name, std::move(series));
@@ -383,7 +406,9 @@ CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::pa
   archive->write("format_version", c10::IValue(kPayloadFormatVersion));
   parts.fit.save(*archive, parts.options);
   save_model(*archive, parts.module, capture);
-  save_optimizer(*archive, parts.optimizer, capture);
+  for (std::size_t i = 0; i < parts.phases.size(); ++i) {
+    save_optimizer(*archive, *parts.phases[i].optimizer(), i, capture);
+  }
   save_metrics(*archive, parts.state.metrics);
   save_subscribers(*archive, parts.bus, capture);
   archive->write("options", c10::IValue(describe_options(parts.options)));

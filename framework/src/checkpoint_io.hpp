@@ -25,14 +25,14 @@ class Optimizer;
 namespace torchbus {
 
 /// The parts of a trainer whose states a checkpoint holds. Each part writes and reads its own
-/// entries (FitLoop: position, generators, the run's end, k; OptimizationStep: the loss scale); the
-/// model's tensors, the optimizer, the metric history, the callbacks' states and the filters'
-/// counts are written here.
+/// entries (FitLoop: position, generators, the run's end, k; OptimizationStep: the loss scales,
+/// the optimizer phases and their steps); the model's tensors, the optimizers, the metric history,
+/// the callbacks' states and the filters' counts are written here.
 struct CheckpointParts {
   FitLoop& fit;
   OptimizationStep& step;
   torch::nn::Module& module;
-  torch::optim::Optimizer& optimizer;
+  const std::vector<OptimizerPhase>& phases;  ///< each phase's optimizer
   EventBus& bus;
   State& state;
   const TrainerOptions& options;  ///< as configured (not a fast_dev_run's overrides)

@@ -18,6 +18,10 @@ std::string reason_of(const std::exception& error) {
                       : text;
 }
 
+std::string indexed_key(std::string_view key, std::size_t index) {
+  return index == 0 ? std::string(key) : concat(key, '_', index);
+}
+
 std::string join_lines(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& name : names) out += name + "\n";

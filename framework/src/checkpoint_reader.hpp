@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace torchbus::detail {
@@ -19,6 +20,8 @@ std::string reason_of(const std::exception& error);
 
 /// `names` as one entry: a line each.
 std::string join_lines(const std::vector<std::string>& names);
+/// `key` for the first of several (optimizers, loss scalers), `key_<index>` for the others.
+std::string indexed_key(std::string_view key, std::size_t index);
 /// The lines of an entry written by `join_lines`.
 std::vector<std::string> split_lines(const std::string& text);
 

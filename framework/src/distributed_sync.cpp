@@ -44,43 +44,50 @@ bool DistributedSync::active() const noexcept {
   return group_ && group_->world_size() > 1;
 }
 
-void DistributedSync::start(torch::nn::Module& module, const std::vector<at::Tensor>& parameters) {
+void DistributedSync::start(torch::nn::Module& module,
+                            const std::vector<std::vector<at::Tensor>>& parameters) {
   stop_agreed_ = state_.stop_requested();
-  updated_last_step_ = false;
-  reducer_.reset();
+  phases_.clear();
   if (!active()) return;
   torch::NoGradGuard no_grad;
   auto tensors = module.parameters();
   for (const auto& buffer : module.buffers()) tensors.push_back(buffer);
   group_->broadcast(tensors);
-  reducer_ = std::make_unique<GradientReducer>(
-      *group_, parameters, group_->options().bucket_bytes(), kStopFlags + state_.world_size);
-  status_host_ = torch::zeros({reducer_->status().numel()}, torch::kDouble);
-  status_loss_ = reducer_->status().narrow(0, kLossSum, 1);
+  phases_.resize(parameters.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    auto& phase = phases_[i];
+    phase.reducer = std::make_unique<GradientReducer>(
+        *group_, parameters[i], group_->options().bucket_bytes(), kStopFlags + state_.world_size);
+    phase.status_host = torch::zeros({phase.reducer->status().numel()}, torch::kDouble);
+    phase.status_loss = phase.reducer->status().narrow(0, kLossSum, 1);
+  }
 }
 
-void DistributedSync::before_backward(bool first_of_window, bool last_of_window) {
-  if (!reducer_) return;
-  if (first_of_window) reducer_->attach();
-  if (last_of_window) reducer_->arm();
+void DistributedSync::before_backward(std::size_t phase, bool first_of_window,
+                                      bool last_of_window) {
+  if (phase >= phases_.size()) return;
+  auto& reducer = *phases_[phase].reducer;
+  if (first_of_window) reducer.attach();
+  if (last_of_window) reducer.arm();
 }
 
 // One status vector rides with the last gradient bucket and is summed across ranks, so that the
 // step's loss and every agreement cost no collective of their own.
-void DistributedSync::synchronize(bool& has_backward, at::Tensor& window_loss) {
+void DistributedSync::synchronize(std::size_t phase, bool& has_backward, at::Tensor& window_loss) {
   if (!active()) return;
-  auto* status = status_host_.data_ptr<double>();
-  std::fill(status, status + status_host_.numel(), 0.0);
+  auto& buckets = phases_[phase];
+  auto* status = buckets.status_host.data_ptr<double>();
+  std::fill(status, status + buckets.status_host.numel(), 0.0);
   status[kRanksWithBackward] = has_backward ? 1.0 : 0.0;
   status[kRanksSkipping] = state_.skip_update ? 1.0 : 0.0;
-  status[kRanksUpdatedLastStep] = updated_last_step_ ? 1.0 : 0.0;
+  status[kRanksUpdatedLastStep] = buckets.updated_last_step ? 1.0 : 0.0;
   status[kStopFlags + state_.rank] = !state_.stop_requested()                   ? kNoStop
                                      : state_.stop_kind() == StopKind::Finished ? kStopFinished
                                                                                 : kStopInterrupted;
-  reducer_->status().copy_(status_host_);
-  if (has_backward) status_loss_.copy_(window_loss.detach());
-  reducer_->reduce();
-  status_host_.copy_(reducer_->status());
+  buckets.reducer->status().copy_(buckets.status_host);
+  if (has_backward) buckets.status_loss.copy_(window_loss.detach());
+  buckets.reducer->reduce();
+  buckets.status_host.copy_(buckets.reducer->status());
 
   const auto updated = status[kRanksUpdatedLastStep];
   TORCHBUS_CHECK(updated == 0.0 || updated == static_cast<double>(state_.world_size),
@@ -91,7 +98,7 @@ void DistributedSync::synchronize(bool& has_backward, at::Tensor& window_loss) {
                  "gradients, the loss) or before the backward, where the ranks agree on it");
   const auto ranks_with_backward = status[kRanksWithBackward];
   has_backward = ranks_with_backward > 0.0;
-  if (has_backward) window_loss = status_loss_.reshape({}) / ranks_with_backward;
+  if (has_backward) window_loss = buckets.status_loss.reshape({}) / ranks_with_backward;
   if (status[kRanksSkipping] > 0.0) state_.skip_update = true;
   for (int rank = 0; rank < state_.world_size; ++rank) {
     const auto flag = status[kStopFlags + rank];

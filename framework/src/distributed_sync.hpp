@@ -36,16 +36,20 @@ class DistributedSync {
   bool active() const noexcept;
 
   /// At the start of a fit: broadcasts rank 0's parameters and buffers and builds the buckets
-  /// over `parameters`. A run resumed after it had finished stops on every rank alike.
-  void start(torch::nn::Module& module, const std::vector<at::Tensor>& parameters);
-  /// Before a backward of the window: the first accumulates into the buckets, the last starts
-  /// their all-reduces as they become final.
-  void before_backward(bool first_of_window, bool last_of_window);
-  /// After the window's batches: averages the gradients, and makes `has_backward` (this rank ran
-  /// a backward) and `window_loss` every rank's; a skip or stop asked for by any rank is adopted.
-  void synchronize(bool& has_backward, at::Tensor& window_loss);
-  /// Records whether this rank applied the step's update (checked at the next step).
-  void record_update(bool updated) noexcept { updated_last_step_ = updated; }
+  /// of each optimizer phase over its `parameters`. A run resumed after it had finished stops on
+  /// every rank alike.
+  void start(torch::nn::Module& module, const std::vector<std::vector<at::Tensor>>& parameters);
+  /// Before a backward of `phase`'s window: the first accumulates into its buckets, the last
+  /// starts their all-reduces as they become final.
+  void before_backward(std::size_t phase, bool first_of_window, bool last_of_window);
+  /// After `phase`'s batches of the window: averages its gradients, and makes `has_backward`
+  /// (this rank ran a backward) and `window_loss` every rank's; a skip or stop asked for by any
+  /// rank is adopted.
+  void synchronize(std::size_t phase, bool& has_backward, at::Tensor& window_loss);
+  /// Records whether this rank applied `phase`'s update (checked at its next step).
+  void record_update(std::size_t phase, bool updated) noexcept {
+    if (phase < phases_.size()) phases_[phase].updated_last_step = updated;
+  }
   /// At boundaries where no gradients travel (after a validation, at EpochEnd): one collective
   /// that tells every rank of a stop requested by any.
   void agree_on_stop();
@@ -59,13 +63,18 @@ class DistributedSync {
  private:
   void adopt_stop_of(int rank, bool finished);
 
+  /// One optimizer phase's gradient buckets (a trainer of one optimizer has one).
+  struct PhaseBuckets {
+    std::unique_ptr<GradientReducer> reducer;
+    at::Tensor status_host;          // what rides with the last bucket, on the host
+    at::Tensor status_loss;          // the loss sum's place in the reducer's status
+    bool updated_last_step = false;  // this rank applied the phase's previous update
+  };
+
   State& state_;
   std::shared_ptr<ProcessGroup> group_;
-  std::unique_ptr<GradientReducer> reducer_;  // a distributed fit's gradient buckets
-  at::Tensor status_host_;                    // what rides with the last bucket, on the host
-  at::Tensor status_loss_;                    // the loss sum's place in the reducer's status
-  bool stop_agreed_ = false;                  // every rank knows a stop was requested
-  bool updated_last_step_ = false;            // this rank applied the previous step's update
+  std::vector<PhaseBuckets> phases_;  // a distributed fit's, per optimizer phase
+  bool stop_agreed_ = false;          // every rank knows a stop was requested
 };
 
 }  // namespace torchbus

@@ -1,9 +1,6 @@
 #include <torch/torch.h>
 #include <torchbus/error.hpp>
 
-#include <torchbus/metric_names.hpp>
-#include <torchbus/tensor_names.hpp>
-
 #include "fit_loop.hpp"
 #include "step_output_access.hpp"
 
@@ -33,7 +30,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
 
 void FitLoop::run(BatchSource& train, BatchSource* validation, bool fresh) {
   if (sync_.group() != nullptr) {
-    sync_.start(context_.module, step_.parameters());
+    sync_.start(context_.module, step_.phase_parameters());
     context_.events.fire(Event::ProcessGroupStart);
   }
   if (fresh && validation && context_.options.num_sanity_val_steps() != 0) {
@@ -100,10 +97,10 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
-  if (state.metrics.contains(metric_names::kTrainLoss) &&
-      state.metrics.latest(metric_names::kTrainLoss).epoch == state.epoch) {
-    state.record_metric(metric_names::kTrainLossEpoch,
-                        state.metrics.epoch_mean(metric_names::kTrainLoss, state.epoch));
+  for (const auto& loss : step_.loss_metrics()) {
+    if (state.metrics.contains(loss.step) && state.metrics.latest(loss.step).epoch == state.epoch) {
+      state.record_metric(loss.epoch, state.metrics.epoch_mean(loss.step, state.epoch));
+    }
   }
   const auto every = options.val_every_n_epochs();
   if (validation && every > 0 && !sync_.stopping() && (state.epoch + 1) % every == 0) {
@@ -185,8 +182,7 @@ void FitLoop::run_step(bool can_validate) {
   const bool update = step_.finish();
   if (update) {
     ++state.step;
-    state.tensors.set(tensor_names::kLoss, step_.window_loss(), Scope::Step);
-    state.record_metric(metric_names::kTrainLoss, step_.window_loss());
+    step_.record_losses();
   }
   state.update_skipped = !update;
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It

@@ -1,17 +1,86 @@
 #include <torch/torch.h>
+#include <torchbus/metric_names.hpp>
+#include <torchbus/tensor_names.hpp>
 
+#include "fit_loop.hpp"
 #include "optimization_step.hpp"
 #include "step_output_access.hpp"
 
 namespace torchbus {
 
+OptimizationStep::OptimizationStep(LoopContext context, const std::vector<OptimizerPhase>& phases,
+                                   bool several, DistributedSync& sync)
+    : context_(context),
+      phase_list_(phases),
+      several_(several),
+      sync_(sync),
+      phases_(phases.size()),
+      parameters_(phases.size()) {
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    // With phases, each phase's loss has metrics of its own: train_loss/<phase name>.
+    const auto& name = phases[i].name();
+    loss_metrics_.push_back(
+        several ? LossMetricNames{detail::concat(metric_names::kTrainLoss, '/', name),
+                                  detail::concat(metric_names::kTrainLossEpoch, '/', name)}
+                : LossMetricNames{std::string(metric_names::kTrainLoss),
+                                  std::string(metric_names::kTrainLossEpoch)});
+    phases_[i].step_name =
+        several ? detail::concat("train step of optimizer phase '", name, "'") : "train step";
+  }
+}
+
 void OptimizationStep::prepare() {
-  parameters_ = context_.module.parameters();
-  loss_scaler_.reset();
-  if (context_.options.precision() == Precision::FP16Mixed) {
-    loss_scaler_.emplace(context_.options.loss_scaler());
+  const auto& options = context_.options;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    const auto& phase = phase_list_[i];
+    auto& run = phases_[i];
+    run.loss_scaler.reset();
+    if (options.precision() == Precision::FP16Mixed) run.loss_scaler.emplace(options.loss_scaler());
+    run.clip_norm = phase.gradient_clip_norm().value_or(options.gradient_clip_norm());
+    run.clip_value = phase.gradient_clip_value().value_or(options.gradient_clip_value());
+    run.steps = 0;
+    // One optimizer trains the model; a phase, its optimizer's parameters (those needing a
+    // gradient: the backward of its loss computes theirs and no other's).
+    auto& parameters = parameters_[i];
+    parameters.clear();
+    if (!several_) {
+      parameters = context_.module.parameters();
+      continue;
+    }
+    for (const auto& group : phase.optimizer()->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        if (parameter.requires_grad()) parameters.push_back(parameter);
+      }
+    }
+    TORCHBUS_CHECK(!parameters.empty(), ConfigError, "optimizer phase '", phase.name(),
+                   "' has no parameter that requires a gradient; expected its optimizer to hold "
+                   "the parameters it trains");
   }
   clear_gradients();
+  enter_phase(0);
+}
+
+void OptimizationStep::reset() noexcept {
+  in_window_ = false;
+  enter_phase(0);
+}
+
+void OptimizationStep::enter_phase(std::size_t index) noexcept {
+  auto& state = context_.state;
+  current_phase_ = index;
+  state.optimizer_phase = index;
+  state.optimizer_phase_name = phase_list_[index].name();
+  state.optimizer = phase_list_[index].optimizer();
+  state.optimizer_phase_step = phases_[index].steps;
+}
+
+std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first,
+                                           std::int64_t count) const {
+  const auto every = phase_list_[index].every_n_batches();
+  if (every == 1) return count;
+  std::int64_t due = 0;
+  for (auto batch = first; batch < first + count; ++batch) due += (batch + 1) % every == 0;
+  return due;
 }
 
 void OptimizationStep::begin(std::size_t batches) {
@@ -19,8 +88,17 @@ void OptimizationStep::begin(std::size_t batches) {
   state.window_size = static_cast<std::int64_t>(batches);
   state.window_position = 0;
   state.skip_update = false;
-  window_has_backward_ = false;
-  window_loss_.reset();
+  window_first_batch_ = state.global_batch;
+  window_batches_run_ = 0;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    auto& run = phases_[i];
+    run.window_loss.reset();
+    run.has_backward = false;
+    run.due = due_batches(i, window_first_batch_, state.window_size);
+    run.seen = 0;
+    run.stepped = false;
+    run.updated = false;
+  }
   in_window_ = true;
 }
 
@@ -30,65 +108,124 @@ void OptimizationStep::run_batch(Batch& batch) {
   state.cancelled = false;
   move_to_device(batch, context_);
   events.open(Event::BatchStart, Event::BatchEnd);
-  if (!state.cancelled) {
-    const auto loss = call_step(context_, &StepHooks::train_step, batch, "train step");
-    if (!state.cancelled) {
-      detail::StepOutputAccess::set_batch(state, loss, batch.target);
-      events.fire(Event::BeforeBackward);
-    }
-    if (!state.cancelled) {
-      const auto window = state.window_size;
-      const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
-      detail::StepOutputAccess::set_backward(state, scaled);
-      sync_.before_backward(!window_has_backward_, state.window_position + 1 == window);
-      backward(loss_scaler_ ? loss_scaler_->scale(scaled) : scaled);
-      // A window of one batch reports its loss as is; longer windows sum their scaled losses.
-      window_loss_ = window == 1              ? loss
-                     : window_loss_.defined() ? window_loss_ + scaled.detach()
-                                              : scaled.detach();
-      window_has_backward_ = true;
-      events.fire(Event::AfterBackward);
-    }
+  const auto batch_index = window_first_batch_ + window_batches_run_++;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    auto& run = phases_[i];
+    if (due_batches(i, batch_index, 1) == 0) continue;
+    ++run.seen;
+    if (!state.cancelled) forward_backward(i, batch);
+    if (several_ && run.seen == run.due) step_phase(i);
   }
   events.close();  // BatchEnd
   state.tensors.clear(Scope::Batch);
   detail::StepOutputAccess::clear_batch(state);
 }
 
-// The batches run were scaled by 1 / window_size: rescaled to 1 / batches, the step's gradients
-// and loss are those of a window of that many batches (docs/events.md).
+void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
+  auto& state = context_.state;
+  auto& events = context_.events;
+  auto& run = phases_[index];
+  if (several_) enter_phase(index);
+  const auto loss = call_step(context_, &StepHooks::train_step, batch, run.step_name.c_str());
+  if (!state.cancelled) {
+    detail::StepOutputAccess::set_batch(state, loss, batch.target);
+    events.fire(Event::BeforeBackward);
+  }
+  if (!state.cancelled) {
+    const auto window = run.due;
+    const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
+    detail::StepOutputAccess::set_backward(state, scaled);
+    sync_.before_backward(index, !run.has_backward, run.seen == window);
+    backward(run.loss_scaler ? run.loss_scaler->scale(scaled) : scaled,
+             several_ ? &parameters_[index] : nullptr);
+    // A window of one batch reports its loss as is; longer windows sum their scaled losses.
+    run.window_loss = window == 1                 ? loss
+                      : run.window_loss.defined() ? run.window_loss + scaled.detach()
+                                                  : scaled.detach();
+    run.has_backward = true;
+    events.fire(Event::AfterBackward);
+  }
+  if (several_) enter_phase(0);
+}
+
+// The batches run were scaled by 1 / (the phase's batches of the window): rescaled to 1 / (those
+// of the shortened window), the step's gradients and loss are those of a window of that many
+// batches (docs/events.md).
 void OptimizationStep::shorten(std::size_t batches) {
   auto& state = context_.state;
-  const double factor = static_cast<double>(state.window_size) / static_cast<double>(batches);
   state.window_size = static_cast<std::int64_t>(batches);
-  if (!window_has_backward_) return;
-  torch::NoGradGuard no_grad;
-  for (auto& parameter : parameters_) {
-    if (parameter.grad().defined()) parameter.mutable_grad().mul_(factor);
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    auto& run = phases_[i];
+    if (run.stepped) continue;
+    const auto due = due_batches(i, window_first_batch_, state.window_size);
+    if (due == run.due) continue;
+    const double factor = static_cast<double>(run.due) / static_cast<double>(due);
+    run.due = due;
+    if (!run.has_backward) continue;
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : parameters_[i]) {
+      if (parameter.grad().defined()) parameter.mutable_grad().mul_(factor);
+    }
+    run.window_loss = run.window_loss * factor;
   }
-  window_loss_ = window_loss_ * factor;
 }
 
 bool OptimizationStep::finish() {
+  bool updated = false;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    auto& run = phases_[i];
+    if (run.due > 0 && !run.stepped) step_phase(i);
+    updated = updated || run.updated;
+  }
+  in_window_ = false;
+  return updated;
+}
+
+// The phase's window ends: synchronises its gradients, unscales them, and unless the step is
+// skipped publishes BeforeOptimizerStep, clips, steps the optimizer and publishes
+// AfterOptimizerStep; then clears its gradients.
+void OptimizationStep::step_phase(std::size_t index) {
   auto& state = context_.state;
-  sync_.synchronize(window_has_backward_, window_loss_);
+  auto& run = phases_[index];
+  if (several_) enter_phase(index);
+  sync_.synchronize(index, run.has_backward, run.window_loss);
   // Unscaled after the all-reduce: every rank finds the same overflow and skips alike.
-  const bool scaled = loss_scaler_ && window_has_backward_;
-  const bool overflow = scaled && loss_scaler_->unscale(parameters_);
+  const bool scaled = run.loss_scaler && run.has_backward;
+  const bool overflow = scaled && run.loss_scaler->unscale(parameters_[index]);
   if (overflow) state.skip_update = true;
-  if (window_has_backward_ && !state.skip_update) context_.events.fire(Event::BeforeOptimizerStep);
-  const bool update = window_has_backward_ && !state.skip_update;
-  sync_.record_update(update);
+  if (run.has_backward && !state.skip_update) context_.events.fire(Event::BeforeOptimizerStep);
+  const bool update = run.has_backward && !state.skip_update;
+  sync_.record_update(index, update);
   if (update) {
-    clip_gradients();
+    clip_gradients(index);
     context_.hooks.optimizer_step();
-    detail::StepOutputAccess::set_step(state, window_loss_);
+    state.optimizer_phase_step = ++run.steps;
+    detail::StepOutputAccess::set_step(state, run.window_loss);
     context_.events.fire(Event::AfterOptimizerStep);
   }
-  if (scaled) loss_scaler_->update(overflow);
-  if (window_has_backward_) clear_gradients();
-  in_window_ = false;
-  return update;
+  if (scaled) run.loss_scaler->update(overflow);
+  if (run.has_backward) clear_gradients(*phase_list_[index].optimizer());
+  run.stepped = true;
+  run.updated = update;
+  if (several_) {
+    // A skip asked for applies to one phase's step; its loss is read at its AfterOptimizerStep.
+    state.skip_update = false;
+    detail::StepOutputAccess::set_step(state, at::Tensor());
+    enter_phase(0);
+  }
+}
+
+void OptimizationStep::record_losses() {
+  auto& state = context_.state;
+  if (!several_) {
+    const auto& loss = phases_.front().window_loss;
+    state.tensors.set(tensor_names::kLoss, loss, Scope::Step);
+    state.record_metric(metric_names::kTrainLoss, loss);
+    return;
+  }
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    if (phases_[i].updated) state.record_metric(loss_metrics_[i].step, phases_[i].window_loss);
+  }
 }
 
 // LibTorch's `Tensor::backward()` allocates and fills a tensor of ones for every call; the step
@@ -96,57 +233,120 @@ bool OptimizationStep::finish() {
 // Should a backward function write to it in place, its version counter moved; should a gradient
 // keep a view of it (a leaf reached through view functions only, e.g. `loss + p.squeeze()`, takes
 // the gradient it receives), its storage has another owner, which may write to it later through
-// `.data()` (gradient clipping does). Either way the next backward gets a fresh one.
-void OptimizationStep::backward(const at::Tensor& loss) {
+// `.data()` (gradient clipping does). Either way the next backward gets a fresh one. With
+// `inputs` (a phase's parameters), only their gradients are computed and accumulated: a
+// generator's loss leaves the discriminator's gradients alone.
+void OptimizationStep::backward(const at::Tensor& loss, const std::vector<at::Tensor>* inputs) {
   if (!backward_seed_.defined() || backward_seed_._version() != backward_seed_version_ ||
       !backward_seed_.is_same_size(loss) || backward_seed_.scalar_type() != loss.scalar_type() ||
       backward_seed_.device() != loss.device()) {
     backward_seed_ = at::ones_like(loss, at::MemoryFormat::Contiguous);
     backward_seed_version_ = backward_seed_._version();
   }
-  torch::autograd::backward({loss}, {backward_seed_});
+  if (inputs) {
+    torch::autograd::backward({loss}, {backward_seed_}, c10::nullopt, false, *inputs);
+  } else {
+    torch::autograd::backward({loss}, {backward_seed_});
+  }
   if (backward_seed_.storage().use_count() != 1) backward_seed_.reset();
 }
 
 void OptimizationStep::clear_gradients() {
+  for (const auto& phase : phase_list_) clear_gradients(*phase.optimizer());
+}
+
+void OptimizationStep::clear_gradients(torch::optim::Optimizer& optimizer) {
   if (!context_.options.set_grads_to_none()) {
-    optimizer_.zero_grad();
+    optimizer.zero_grad();
     return;
   }
-  for (auto& group : optimizer_.param_groups()) {
+  for (auto& group : optimizer.param_groups()) {
     for (auto& parameter : group.params()) parameter.mutable_grad().reset();
   }
 }
 
-void OptimizationStep::clip_gradients() {
-  const auto& options = context_.options;
-  if (options.gradient_clip_norm() > 0.0) {
-    torch::nn::utils::clip_grad_norm_(parameters_, options.gradient_clip_norm());
-  } else if (options.gradient_clip_value() > 0.0) {
-    torch::nn::utils::clip_grad_value_(parameters_, options.gradient_clip_value());
+void OptimizationStep::clip_gradients(std::size_t index) {
+  const auto& run = phases_[index];
+  if (run.clip_norm > 0.0) {
+    torch::nn::utils::clip_grad_norm_(parameters_[index], run.clip_norm);
+  } else if (run.clip_value > 0.0) {
+    torch::nn::utils::clip_grad_value_(parameters_[index], run.clip_value);
   }
 }
 
 void OptimizationStep::save(torch::serialize::OutputArchive& archive) const {
-  if (!loss_scaler_) return;
-  archive.write("loss_scaler", torch::tensor({loss_scaler_->current_scale(),
-                                              static_cast<double>(loss_scaler_->growth_tracker())},
-                                             torch::kDouble));
+  std::vector<std::string> names;
+  std::vector<std::int64_t> steps;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    const auto& scaler = phases_[i].loss_scaler;
+    names.push_back(phase_list_[i].name());
+    steps.push_back(phases_[i].steps);
+    if (!scaler) continue;
+    archive.write(
+        detail::indexed_key("loss_scaler", i),
+        torch::tensor({scaler->current_scale(), static_cast<double>(scaler->growth_tracker())},
+                      torch::kDouble));
+  }
+  // A trainer of one optimizer writes neither: its step count is the fit's.
+  if (!several_) return;
+  archive.write("optimizer_phases", c10::IValue(detail::join_lines(names)));
+  archive.write("optimizer_phase_steps", c10::IValue(steps));
 }
 
-// The loss scale of a float16 run (absent otherwise; a run in another precision ignores it).
-std::optional<LossScaler> OptimizationStep::read(detail::CheckpointReader& reader) const {
-  auto scaler = loss_scaler_;
-  const auto saved = reader.optional_tensor("loss_scaler");
-  if (!scaler || !saved.defined()) return scaler;
-  if (saved.numel() != 2) reader.fail("has a malformed 'loss_scaler' entry");
-  const auto values = saved.to(torch::kDouble);
-  try {
-    scaler->restore(values[0].item<double>(), values[1].item<std::int64_t>());
-  } catch (const CheckpointError& error) {
-    reader.fail("has an unusable loss scale: ", error.what());
+// The phases must be the same, by name and order. The loss scale of a float16 run is absent
+// otherwise (a run in another precision ignores it).
+OptimizationProgress OptimizationStep::read(detail::CheckpointReader& reader) const {
+  std::vector<std::string> names;
+  for (const auto& phase : phase_list_) names.push_back(phase.name());
+  const auto saved_names = reader.optional_value("optimizer_phases");
+  OptimizationProgress progress;
+  if (!several_) {
+    if (saved_names.isString()) {
+      reader.fail("was written by a trainer of several optimizers (optimizer phases ",
+                  detail::join_or_none(detail::split_lines(saved_names.toStringRef())),
+                  "); this trainer has one optimizer");
+    }
+    progress.phase_steps = {read_fit_position(reader).step};
+  } else {
+    if (!saved_names.isString()) {
+      reader.fail("was written by a trainer of one optimizer; this trainer has optimizer phases ",
+                  detail::join_or_none(names));
+    }
+    const auto saved = detail::split_lines(saved_names.toStringRef());
+    if (saved != names) {
+      reader.fail("was written with optimizer phases ", detail::join_or_none(saved),
+                  "; this trainer's are ", detail::join_or_none(names),
+                  " (same names, same order)");
+    }
+    progress.phase_steps = reader.value("optimizer_phase_steps").toIntVector();
+    if (progress.phase_steps.size() != names.size()) {
+      reader.fail("has a malformed 'optimizer_phase_steps' entry");
+    }
   }
-  return scaler;
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    auto scaler = phases_[i].loss_scaler;
+    const auto key = detail::indexed_key("loss_scaler", i);
+    const auto saved = reader.optional_tensor(key);
+    if (scaler && saved.defined()) {
+      if (saved.numel() != 2) reader.fail("has a malformed '", key, "' entry");
+      const auto values = saved.to(torch::kDouble);
+      try {
+        scaler->restore(values[0].item<double>(), values[1].item<std::int64_t>());
+      } catch (const CheckpointError& error) {
+        reader.fail("has an unusable loss scale: ", error.what());
+      }
+    }
+    progress.loss_scalers.push_back(std::move(scaler));
+  }
+  return progress;
+}
+
+void OptimizationStep::restore(OptimizationProgress progress) {
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    phases_[i].loss_scaler = std::move(progress.loss_scalers[i]);
+    phases_[i].steps = progress.phase_steps[i];
+  }
+  enter_phase(0);
 }
 
 }  // namespace torchbus

@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace torchbus {
 
@@ -32,6 +34,55 @@ namespace {
 std::size_t count_disabled(const std::vector<SubscriberFailure>& failures) {
   return static_cast<std::size_t>(std::count_if(
       failures.begin(), failures.end(), [](const SubscriberFailure& f) { return f.disabled; }));
+}
+
+/// The first phase's optimizer; throws ConfigError when there is none.
+torch::optim::Optimizer& first_optimizer(const std::vector<OptimizerPhase>& phases) {
+  TORCHBUS_CHECK(!phases.empty(), ConfigError,
+                 "a Trainer of optimizer phases needs at least one phase, got none");
+  TORCHBUS_CHECK(phases.front().optimizer() != nullptr, ConfigError, "optimizer phase '",
+                 phases.front().name(), "' has a null optimizer");
+  return *phases.front().optimizer();
+}
+
+/// Throws ConfigError naming the first phase that is not usable: a name that is empty, repeated
+/// or has a line break, no optimizer or step function, a bad every_n_batches or clipping value,
+/// a parameter outside `module` or in two phases' optimizers.
+void check_phases(const std::vector<OptimizerPhase>& phases, torch::nn::Module& module) {
+  std::unordered_map<const void*, std::string> owner;  // model parameter -> its phase ("": none)
+  for (const auto& parameter : module.parameters()) owner[parameter.unsafeGetTensorImpl()];
+  std::unordered_set<std::string> names;
+  for (const auto& phase : phases) {
+    const auto& name = phase.name();
+    TORCHBUS_CHECK(!name.empty() && name.find('\n') == std::string::npos, ConfigError,
+                   "an optimizer phase needs a name without line breaks, got '", name, "'");
+    TORCHBUS_CHECK(names.insert(name).second, ConfigError, "two optimizer phases are named '", name,
+                   "'; names must be unique");
+    TORCHBUS_CHECK(phase.optimizer() != nullptr, ConfigError, "optimizer phase '", name,
+                   "' has a null optimizer");
+    TORCHBUS_CHECK(static_cast<bool>(phase.step()), ConfigError, "optimizer phase '", name,
+                   "' has no step function (Trainer&, Batch&) -> loss");
+    TORCHBUS_CHECK(phase.every_n_batches() >= 1, ConfigError, "optimizer phase '", name,
+                   "': every_n_batches must be >= 1, got ", phase.every_n_batches());
+    TORCHBUS_CHECK(phase.gradient_clip_norm().value_or(0.0) >= 0.0 &&
+                       phase.gradient_clip_value().value_or(0.0) >= 0.0,
+                   ConfigError, "optimizer phase '", name,
+                   "': gradient clipping values must be >= 0 (0: off)");
+    for (const auto& group : phase.optimizer()->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        const auto found = owner.find(parameter.unsafeGetTensorImpl());
+        TORCHBUS_CHECK(found != owner.end(), ConfigError, "optimizer phase '", name,
+                       "' trains a tensor of shape ", parameter.sizes(),
+                       " that is not a parameter of the trainer's model (its checkpoints would "
+                       "miss it); register it in the model");
+        TORCHBUS_CHECK(found->second.empty() || found->second == name, ConfigError,
+                       "a parameter of shape ", parameter.sizes(),
+                       " is in the optimizers of phases '", found->second, "' and '", name,
+                       "'; each parameter belongs to one phase");
+        found->second = name;
+      }
+    }
+  }
 }
 
 /// Logs, at the end of an action that went on past them, the subscribers disabled so far.
@@ -54,7 +105,7 @@ struct Trainer::Parts final : StepHooks {
         events(owner.publisher_, owner.state_),
         sync(owner.state_),
         context{owner.state_, events, *this, owner.run_options_, *owner.module_},
-        step(context, owner.optimizer_, sync),
+        step(context, owner.phases_, owner.several_optimizers_, sync),
         evaluation(context, sync),
         fit(context, step, evaluation, sync) {}
 
@@ -64,7 +115,7 @@ struct Trainer::Parts final : StepHooks {
 
   /// The parts a checkpoint is composed of.
   CheckpointParts checkpoint() {
-    return {fit,           step,           *trainer.module_, trainer.optimizer_,
+    return {fit,           step,           *trainer.module_, trainer.phases_,
             trainer.bus(), trainer.state_, trainer.options_};
   }
 
@@ -81,6 +132,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
                  torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options)
     : module_(std::move(module)),
       forward_(std::move(forward)),
+      phases_{OptimizerPhase("", optimizer, nullptr)},
       optimizer_(optimizer),
       loss_(std::move(loss)),
       options_(std::move(options)) {
@@ -88,6 +140,20 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
   TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError, "Trainer needs a forward function");
   TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "Trainer needs a loss function (output, target) -> scalar tensor");
+  options_.validate();
+  parts_ = std::make_unique<Parts>(*this);
+  if (options_.use_registered_subscriptions()) bus().add_registered();
+}
+
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<OptimizerPhase> phases,
+                 TrainerOptions options)
+    : module_(std::move(module)),
+      phases_(std::move(phases)),
+      several_optimizers_(true),
+      optimizer_(first_optimizer(phases_)),
+      options_(std::move(options)) {
+  TORCHBUS_CHECK(module_ != nullptr, ConfigError, "Trainer needs a model, got a null module");
+  check_phases(phases_, *module_);
   options_.validate();
   parts_ = std::make_unique<Parts>(*this);
   if (options_.use_registered_subscriptions()) bus().add_registered();
@@ -104,6 +170,9 @@ void Trainer::prepare_to_add(Callback* callback) {
 }
 
 Trainer& Trainer::set_train_step(StepFunction step) {
+  TORCHBUS_CHECK(!several_optimizers_, ConfigError,
+                 "a trainer of optimizer phases trains with each phase's step function; "
+                 "set_train_step has nothing to replace (override train_step to replace them all)");
   train_step_ = std::move(step);
   return *this;
 }
@@ -266,6 +335,9 @@ void Trainer::load_checkpoint(const fs::path& path) {
 // ---- steps --------------------------------------------------------------------------------------
 
 at::Tensor Trainer::forward_and_loss(Batch& batch) {
+  TORCHBUS_CHECK(!several_optimizers_, ConfigError,
+                 "a trainer of optimizer phases has no forward and loss of its own to evaluate "
+                 "with; give it an eval step (set_eval_step) or override eval_step");
   at::Tensor output;
   try {
     output = forward_(batch.data);
@@ -290,6 +362,7 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
 }
 
 at::Tensor Trainer::train_step(Batch& batch) {
+  if (several_optimizers_) return phases_[parts_->step.current_phase()].step()(*this, batch);
   return train_step_ ? train_step_(*this, batch) : forward_and_loss(batch);
 }
 
@@ -298,7 +371,7 @@ at::Tensor Trainer::eval_step(Batch& batch) {
 }
 
 void Trainer::optimizer_step() {
-  optimizer_.step();
+  phases_[parts_->step.current_phase()].optimizer()->step();
 }
 
 }  // namespace torchbus

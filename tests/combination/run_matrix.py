@@ -33,6 +33,11 @@ payloads changed behind a recomputed CRC, odd entries), %d with --full. faults/b
 the campaign's bad values (exit 2 naming the flag, nothing written); faults/startup_signals
 sends stop signals during start-up and at the rendezvous (exit 128+N within seconds).
 
+With --gan EXAMPLE (examples/gan.cpp: two optimizer phases, a checkpoint every 16 steps), the
+cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it after its first
+checkpoint, runs it again in the same directory (it resumes) and compares the final weights
+(model.pt) with the uninterrupted run's, byte for byte.
+
 --sample N spreads the cells evenly over the ends. Random values of a cell (signal step, kill
 delay, max-steps) come from Random("<seed>/<cell>"), so `--cell ID --seed S` reruns what the
 sampled run did (the kill delay is a fraction of the reference run's measured duration, so it
@@ -230,8 +235,8 @@ class Runner:
         self.print = printer
         self.live = []
 
-    def start(self, args):
-        run = Run([self.train] + args)
+    def start(self, args, program=None):
+        run = Run([program or self.train] + args)
         self.print("  $ " + " ".join(shlex.quote(a) for a in run.argv))
         for attempt in range(10):
             run.start_time = time.monotonic()
@@ -282,8 +287,8 @@ class Runner:
         self.print("    -> %s in %.1f s" % (run.describe_exit(), run.seconds))
         return run
 
-    def run(self, args):
-        return self.finish(self.start(args))
+    def run(self, args, program=None):
+        return self.finish(self.start(args, program))
 
     def kill_all(self):
         for process in list(self.live):
@@ -560,6 +565,7 @@ class Matrix:
         self.references = {}  # (data, ckpt, val) -> (problems, sha, seconds)
         self.relaunch_checked = set()  # data sources whose relaunch check ran
         self.faults = Faults(self)
+        self.gan = GanExample(self)
 
     def cell_dir(self, cell, tag):
         return os.path.join(self.options.work, "cells", cell.replace("/", "-"), tag)
@@ -611,6 +617,8 @@ class Matrix:
         """Runs one cell; returns (problems, note)."""
         if cell.startswith("faults/"):
             return self.faults.run_cell(cell.split("/")[1], self.options)
+        if cell == GAN_CELL:
+            return self.gan.run_cell(seed)
         data, ckpt, val, end = cell.split("/")
         rng = random.Random("%s/%s" % (seed, cell))
         out = self.cell_dir(cell, "out")
@@ -1161,6 +1169,67 @@ class Faults:
 
 
 # ----------------------------------------------------------------------------------------------
+# The GAN example: several optimizers, killed and resumed
+
+GAN_CELL = "examples/gan_sigkill"
+GAN_EPOCHS = "12"  # 32 steps an epoch, a checkpoint every 16
+
+
+class GanExample:
+    def __init__(self, matrix):
+        self.matrix = matrix
+        self.runner = matrix.runner
+
+    def run_cell(self, seed):
+        gan = self.matrix.options.gan
+        rng = random.Random("%s/%s" % (seed, GAN_CELL))
+        root = self.matrix.cell_dir(GAN_CELL, "runs")
+        shutil.rmtree(root, ignore_errors=True)
+        reference = os.path.join(root, "reference")
+        killed = os.path.join(root, "killed")
+        run = self.runner.run([reference, GAN_EPOCHS], gan)
+        if run.rc != 0:
+            return ["uninterrupted run: %s; %s" % (run.describe_exit(), run.last_stderr())], ""
+        # SIGKILL at a random moment after the first checkpoint, within the reference's duration.
+        delay = rng.uniform(0.0, 0.3) * run.seconds
+        run = self.runner.start([killed, GAN_EPOCHS], gan)
+        while run.process.poll() is None and not any(
+                name.endswith(".tbckpt") for name in
+                (os.listdir(killed) if os.path.isdir(killed) else [])):
+            time.sleep(0.002)
+        time.sleep(delay)
+        try:
+            os.kill(run.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.runner.finish(run)
+        if run.rc not in (0, -signal.SIGKILL):
+            return ["killed run: %s; %s" % (run.describe_exit(), run.last_stderr())], ""
+        # Killed before its end, it had not written model.pt; the next run trains the rest.
+        ended = os.path.exists(os.path.join(killed, "model.pt"))
+        run = self.runner.run([killed, GAN_EPOCHS], gan)
+        resumed = re.search(r"resumed from \S+ at epoch (\d+), step (\d+)", run.output())
+        note = "SIGKILL %.2f s after the first checkpoint, %s" % (
+            delay, "after the run's end" if ended else
+            "resumed at step %s" % (resumed.group(2) if resumed else "?"))
+        problems = []
+        if run.rc != 0:
+            problems.append("resumed run: %s; %s" % (run.describe_exit(), run.last_stderr()))
+        elif not resumed:
+            problems.append("the run after the kill did not resume: %s" % run.last_stderr())
+        elif not ended and "epoch %d:" % (int(GAN_EPOCHS) - 1) not in run.output():
+            problems.append("the resumed run did not train to the last epoch: %s" %
+                            run.last_stderr())
+        else:
+            with open(os.path.join(reference, "model.pt"), "rb") as a, \
+                    open(os.path.join(killed, "model.pt"), "rb") as b:
+                if a.read() != b.read():
+                    problems.append("the resumed run's model.pt differs from the uninterrupted "
+                                    "run's")
+        return problems, note
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def main():
@@ -1185,6 +1254,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds one process may run (default 180)")
     parser.add_argument("--keep", action="store_true", help="keep the directories of passed cells")
+    parser.add_argument("--gan", help="examples/gan.cpp's executable: adds the cell " + GAN_CELL)
     parser.add_argument("--allow", action="append", default=[], metavar="NAME",
                         help="also accept NAME in a run directory (repeatable; the expected "
                         "names are %s)" % ", ".join(sorted(ALLOWED_OUT)))
@@ -1204,7 +1274,7 @@ def main():
                 parser.error("--%s: unknown %s; expected %s" % (axis, ", ".join(unknown),
                                                                   ", ".join(names)))
             cells = [c for c in cells if c.split("/")[index] in chosen]
-    fault_cells = ["faults/" + name for name in FAULTS]
+    fault_cells = ["faults/" + name for name in FAULTS] + ([GAN_CELL] if options.gan else [])
     if options.cell:
         unknown = [c for c in options.cell if c not in all_cells() + fault_cells]
         if unknown:
@@ -1219,9 +1289,11 @@ def main():
     if options.list:
         print("\n".join(cells))
         return 0
-    for tool in (options.train, options.checker):
+    for tool in (options.train, options.checker) + ((options.gan,) if options.gan else ()):
         if not os.access(tool, os.X_OK):
             parser.error("%s is not an executable" % tool)
+    if options.gan:
+        options.gan = os.path.abspath(options.gan)
     options.train = os.path.abspath(options.train)
     options.checker = os.path.abspath(options.checker)
     options.work = os.path.abspath(options.work)
@@ -1232,7 +1304,7 @@ def main():
     matrix = Matrix(options, runner, make_data(options.work), printer)
     me = [sys.executable, os.path.abspath(__file__), "--train", options.train, "--checker",
           options.checker, "--work", options.work, "--seed", str(options.seed),
-          "--timeout", "%g" % options.timeout]
+          "--timeout", "%g" % options.timeout] + (["--gan", options.gan] if options.gan else [])
     for name in options.allow:
         me += ["--allow", name]
     failed = []

@@ -9,7 +9,9 @@
 // or BeforeOptimizerStep), throw_rank/throw_step (throw there),
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
-// unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay).
+// unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay),
+// gan=1 (instead: a small GAN in two optimizer phases, discriminator then generator, whose
+// generator turns each sample's first 3 features, negated, into a fake; no validation).
 
 #include <torch/torch.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
@@ -181,6 +183,70 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   torch::save(model->parameters(), prefix + ".params");
 }
 
+/// A GAN of two optimizer phases on the same shards: the discriminator (every batch) and the
+/// generator (every `generator_every` batches), each an Adam.
+void train_gan(const std::map<std::string, std::string>& args, const std::string& out) {
+  namespace F = torch::nn::functional;
+  const auto group = torchbus::ProcessGroup::from_environment(
+      torchbus::DistributedOptions().bucket_bytes(number(args, "bucket_bytes", 600)));
+  const int rank = group->rank();
+  torch::manual_seed(3);
+  auto gan = std::make_shared<torch::nn::Module>();
+  auto generator = gan->register_module("generator", torch::nn::Linear(3, 8));
+  auto discriminator = gan->register_module(
+      "discriminator",
+      torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 1)));
+  if (rank != 0) {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : gan->parameters()) parameter.add_(1.0);  // broadcast must undo this
+  }
+  torch::optim::Adam discriminator_adam(discriminator->parameters(),
+                                        torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam generator_adam(generator->parameters(), torch::optim::AdamOptions(2e-2));
+  torchbus::Trainer trainer(
+      gan,
+      {torchbus::OptimizerPhase("discriminator", discriminator_adam,
+                                [&](torchbus::Trainer& self, torchbus::Batch& batch) {
+                                  auto fake = generator->forward(-batch.data.narrow(1, 0, 3));
+                                  self.state().tensors.set("fake", fake);
+                                  return F::softplus(-discriminator->forward(batch.data)).mean() +
+                                         F::softplus(discriminator->forward(fake.detach())).mean();
+                                }),
+       torchbus::OptimizerPhase("generator", generator_adam,
+                                [&](torchbus::Trainer& self, torchbus::Batch&) {
+                                  const auto& fake = self.state().tensors.get("fake");
+                                  return F::softplus(-discriminator->forward(fake)).mean();
+                                })
+           .every_n_batches(number(args, "generator_every", 1))},
+      torchbus::TrainerOptions()
+          .max_epochs(number(args, "epochs", 2))
+          .accumulate_grad_batches(number(args, "accumulate", 1))
+          .seed(11));
+  trainer.set_process_group(group);
+  std::int64_t at_step_start = 0;
+  std::int64_t per_step_max = 0;
+  trainer.on(torchbus::Event::StepStart,
+             [&](torchbus::State&) { at_step_start = group->collectives(); });
+  trainer.on(torchbus::Event::StepEnd, [&](torchbus::State&) {
+    per_step_max = std::max(per_step_max, group->collectives() - at_step_start);
+  });
+  Synthetic dataset;
+  auto loader = torch::data::make_data_loader(
+      dataset.map(torch::data::transforms::Stack<>()),
+      torchbus::DistributedSampler(96, group.get()),
+      torch::data::DataLoaderOptions(static_cast<std::size_t>(number(args, "batch", 8))));
+  trainer.fit(*loader);
+  const auto prefix = out + "/rank" + std::to_string(rank);
+  const auto& metrics = trainer.state().metrics;
+  std::ofstream(prefix + ".txt") << "step=" << trainer.state().step << "\n"
+                                 << "generator_updates="
+                                 << metrics.series("train_loss/generator").size() << "\n"
+                                 << "collectives_per_step_max=" << per_step_max << "\n"
+                                 << "generator_loss="
+                                 << metrics.latest("train_loss/generator").value << "\n";
+  torch::save(gan->parameters(), prefix + ".params");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,7 +254,11 @@ int main(int argc, char** argv) {
   try {
     const auto args = parse(argc, argv);
     out = args.count("out") ? args.at("out") : out;
-    train(args, out);
+    if (number(args, "gan", 0) != 0) {
+      train_gan(args, out);
+    } else {
+      train(args, out);
+    }
     return 0;
   } catch (const std::exception& error) {
     std::ofstream(out + "/rank" + rank_label() + ".error") << error.what() << "\n";

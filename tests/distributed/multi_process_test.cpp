@@ -168,6 +168,42 @@ BOOST_AUTO_TEST_CASE(two_mpirun_ranks_match_one_process_with_twice_the_batch) {
 
 // A parameter no rank computes a gradient for keeps an undefined one, as on one process: weight
 // decay does not shrink it (a zero gradient would let it).
+// A GAN of two optimizer phases: two ranks of batch 8 train what one process of batch 16 trains,
+// each phase's gradients averaged in its own buckets (docs/trainer.md, "Several optimizers").
+BOOST_AUTO_TEST_CASE(two_ranks_of_optimizer_phases_match_one_process_with_twice_the_batch) {
+  TempDir single("distributed");
+  TempDir pair("distributed");
+  // Windows of 3 batches, the generator on every 2nd batch: both phases step in every window.
+  const std::vector<std::string> common{"gan=1", "accumulate=3", "generator_every=2"};
+  auto args = common;
+  args.push_back("out=" + single.path.string());
+  args.push_back("batch=16");
+  const auto one = run_torchrun_style(kWorker, args, 1, free_port());
+  BOOST_REQUIRE_MESSAGE(one.exit_codes == std::vector<int>{0},
+                        read_text(single.path / "rank0.error"));
+  args = common;
+  args.push_back("out=" + pair.path.string());
+  args.push_back("batch=8");
+  const auto two = run_torchrun_style(kWorker, args, 2, free_port());
+  BOOST_REQUIRE_MESSAGE(
+      two.exit_codes == std::vector<int>(2, 0),
+      read_text(pair.path / "rank0.error") + read_text(pair.path / "rank1.error"));
+  const auto reference = load_parameters(single.path / "rank0.params");
+  const auto rank0 = load_parameters(pair.path / "rank0.params");
+  BOOST_TEST(all_equal(rank0, load_parameters(pair.path / "rank1.params")));
+  BOOST_TEST(all_close(rank0, reference, 1e-5));
+  const auto results = read_results(pair.path / "rank0.txt");
+  const auto reference_results = read_results(single.path / "rank0.txt");
+  BOOST_TEST(results.at("step") == reference_results.at("step"));
+  BOOST_TEST(results.at("generator_updates") == reference_results.at("generator_updates"));
+  BOOST_TEST(
+      std::stod(results.at("generator_loss")) == std::stod(reference_results.at("generator_loss")),
+      boost::test_tools::tolerance(1e-4));
+  // Buckets of at most 600 bytes per phase: the discriminator's [68 + 64] and [512] bytes of
+  // gradients, the generator's [128]: one all-reduce per bucket of each phase that steps.
+  BOOST_TEST(results.at("collectives_per_step_max") == "3");
+}
+
 BOOST_AUTO_TEST_CASE(a_parameter_without_gradient_on_every_rank_is_left_alone) {
   TempDir single("distributed");
   TempDir pair("distributed");

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace torch {
@@ -66,10 +67,11 @@ struct State {
   ProcessGroup* process_group = nullptr;
 
   // What is trained. Owned by the trainer; null outside a run.
-  torch::nn::Module* model = nullptr;            ///< the model being trained
-  torch::optim::Optimizer* optimizer = nullptr;  ///< its optimizer
-  c10::Device device = c10::Device(c10::kCPU);   ///< where model and batches live
-  bool training = false;                         ///< true in training batches, false in evaluation
+  torch::nn::Module* model = nullptr;  ///< the model being trained
+  /// Its optimizer; with several optimizers, the current optimizer phase's (below).
+  torch::optim::Optimizer* optimizer = nullptr;
+  c10::Device device = c10::Device(c10::kCPU);  ///< where model and batches live
+  bool training = false;                        ///< true in training batches, false in evaluation
   /// The action running, from before ActionStart (a resume included) to after ActionEnd.
   Action action = Action::None;
   /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps): the
@@ -78,6 +80,17 @@ struct State {
   /// During a fit or evaluation with TrainerOptions::fast_dev_run: the bus does not call
   /// subscribers that sit out Phase::FastDevRun (checkpoints, loggers, the report).
   bool fast_dev_run = false;
+
+  // The optimizer phase (docs/trainer.md, "Several optimizers"): from a phase's train step to its
+  // AfterOptimizerStep, the phase whose loss, backward or optimizer step runs; elsewhere, and
+  // with one optimizer, the first.
+
+  std::size_t optimizer_phase = 0;  ///< index of the optimizer phase (the trainer's order)
+  /// Name of the optimizer phase (OptimizerPhase::name; empty for a trainer of one optimizer).
+  std::string_view optimizer_phase_name;
+  /// Optimizer steps the phase has made (at its AfterOptimizerStep: this one included); with one
+  /// optimizer, `step`.
+  std::int64_t optimizer_phase_step = 0;
 
   TensorStore tensors;    ///< tensors by name, scoped (see Scope)
   MetricHistory metrics;  ///< metric name -> (step, epoch, value) series (metric_names.hpp)

@@ -24,6 +24,7 @@
 #include <torchbus/loss_scaler.hpp>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/metric_names.hpp>
+#include <torchbus/optimizer_phase.hpp>
 #include <torchbus/phase.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>

@@ -8,6 +8,7 @@
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/checkpoint_snapshot.hpp>
+#include <torchbus/optimizer_phase.hpp>
 #include <torchbus/trainer_options.hpp>
 
 #include <cstdint>
@@ -66,6 +67,13 @@ class Trainer {
   /// Trains `module`, whose forward pass is `forward`.
   Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
           torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options = {});
+  /// Trains `module` (every parameter of the phases' optimizers must be one of its: checkpoints
+  /// hold its tensors) with several optimizers: per batch, each of `phases` in order computes
+  /// its loss with its step function and updates its optimizer's parameters (docs/trainer.md,
+  /// "Several optimizers"). Without a forward and loss of its own, such a trainer evaluates with
+  /// the step set by `set_eval_step` (or an `eval_step` override).
+  Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<OptimizerPhase> phases,
+          TrainerOptions options = {});
   virtual ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -79,8 +87,10 @@ class Trainer {
   const TrainerOptions& options() const noexcept { return options_; }
   /// The model being trained.
   torch::nn::Module& module() noexcept { return *module_; }
-  /// The optimizer.
+  /// The optimizer (with several: the first phase's).
   torch::optim::Optimizer& optimizer() noexcept { return optimizer_; }
+  /// The optimizer phases (for a trainer of one optimizer: one, unnamed, with no step function).
+  const std::vector<OptimizerPhase>& optimizer_phases() const noexcept { return phases_; }
 
   /// Adds a class callback: calls its `on_added(*this)`, then connects the hooks `T` overrides
   /// (see `EventBus::add`).
@@ -113,7 +123,8 @@ class Trainer {
   /// The loss scaler of a Precision::FP16Mixed fit (null under other precisions).
   const LossScaler* loss_scaler() const noexcept;
 
-  /// Replaces the default train step (forward, loss) without subclassing.
+  /// Replaces the default train step (forward, loss) without subclassing (a trainer of optimizer
+  /// phases has theirs: ConfigError).
   Trainer& set_train_step(StepFunction step);
   /// Replaces the default eval step without subclassing.
   Trainer& set_eval_step(StepFunction step);
@@ -177,11 +188,13 @@ class Trainer {
 
  protected:
   /// One training batch: returns its scalar loss. The default runs the custom train step if one
-  /// was set, else forward and loss, storing "output", "target" and "loss" in the tensor store.
+  /// was set, else forward and loss, storing "output", "target" and "loss" in the tensor store;
+  /// with optimizer phases, the step function of `state().optimizer_phase`.
   virtual at::Tensor train_step(Batch& batch);
   /// One evaluation batch (under no_grad): returns its scalar loss, as `train_step`.
   virtual at::Tensor eval_step(Batch& batch);
-  /// Applies the accumulated gradients: the default calls `optimizer().step()`.
+  /// Applies the accumulated gradients: the default calls `optimizer().step()` (with optimizer
+  /// phases, the step of `state().optimizer_phase`'s optimizer).
   virtual void optimizer_step();
 
  private:
@@ -200,7 +213,9 @@ class Trainer {
 
   std::shared_ptr<torch::nn::Module> module_;
   Forward forward_;
-  torch::optim::Optimizer& optimizer_;
+  std::vector<OptimizerPhase> phases_;  // one (the optimizer) unless built with several
+  bool several_optimizers_ = false;     // built with optimizer phases
+  torch::optim::Optimizer& optimizer_;  // the first phase's
   LossFunction loss_;
   StepFunction train_step_;
   StepFunction eval_step_;

@@ -32,6 +32,9 @@ struct GradientStatsOptions {
   TORCH_ARG(Event, event) = Event::BeforeOptimizerStep;
   /// Also record the norms in the metric history (as tensors: no sync until they are read).
   TORCH_ARG(bool, record) = true;
+  /// With several optimizers (docs/trainer.md, "Several optimizers"): the optimizer phase whose
+  /// gradients it measures, by name, at that phase's optimizer event; empty: the first phase.
+  TORCH_ARG(std::string, phase) = "";
 
  public:
   /// Throws ConfigError naming the first option that is out of range.

@@ -72,6 +72,10 @@ struct LearningRateSchedulerOptions {
   /// Metric recording the learning rate of group 0 for every optimizer step ("" records nothing);
   /// other groups as "<metric>_group_<i>".
   TORCH_ARG(std::string, metric) = "lr";
+  /// The optimizer phase whose optimizer it schedules, by name (docs/trainer.md, "Several
+  /// optimizers"): it advances after that phase's optimizer steps. Empty: the first phase (a
+  /// trainer of one optimizer has only that one).
+  TORCH_ARG(std::string, phase) = "";
 };
 
 /// Sets the learning rate of every parameter group from a schedule. Closed-form schedules are a
@@ -128,6 +132,7 @@ class LearningRateScheduler : public Callback {
   void apply(torch::optim::Optimizer& optimizer);
   void capture(torch::optim::Optimizer& optimizer);
   void check_plateau(State& state);
+  torch::optim::Optimizer* scheduled_optimizer(const State& state) const;
 
   Kind kind_;
   std::optional<LrSchedule> schedule_;  // Kind::Lambda

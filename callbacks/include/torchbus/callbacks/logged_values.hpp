@@ -34,6 +34,12 @@ std::optional<double> learning_rate_or_warn_once(const State& state, bool& warne
                                                  const WarningSource& source,
                                                  std::string_view consequence);
 
+/// Whether `state` names the optimizer phase called `phase` (empty: the first; a trainer of one
+/// optimizer has only that one): the phase whose train step or optimizer events run, the first
+/// elsewhere (docs/trainer.md, "Several optimizers"). Built-ins that concern one optimizer act
+/// only where it does.
+bool names_optimizer_phase(const State& state, std::string_view phase) noexcept;
+
 /// The learning rate a logger writes for the step `state.step` counts: the rate of parameter group
 /// 0 that step ran with, captured at BeforeOptimizerStep (a per-step LearningRateScheduler already
 /// set the next step's rate at AfterOptimizerStep, before StepEnd). Without a capture for that step
@@ -41,7 +47,8 @@ std::optional<double> learning_rate_or_warn_once(const State& state, bool& warne
 class StepLearningRate {
  public:
   /// Keeps the optimizer's rate as the rate of step `state.step + 1` (call at
-  /// BeforeOptimizerStep); keeps nothing when it cannot be read.
+  /// BeforeOptimizerStep; with several optimizers, the first phase's); keeps nothing when it
+  /// cannot be read.
   void capture(const State& state) noexcept;
   /// The rate captured for step `state.step`, else `learning_rate_or_warn_once(state, ...)` (one
   /// warning in all, when the rate cannot be read).
