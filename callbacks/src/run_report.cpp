@@ -351,9 +351,6 @@ void RunReport::on_added(Trainer& trainer) {
         std::make_pair("limit_val_batches", options.limit_val_batches())}) {
     if (!limit.is_all()) trainer_rows_.emplace_back(name, limit.to_string());
   }
-  if (options.fast_dev_run() > 0) {
-    trainer_rows_.emplace_back("fast_dev_run", std::to_string(options.fast_dev_run()));
-  }
   if (options.num_sanity_val_steps() != 0) {
     trainer_rows_.emplace_back("num_sanity_val_steps",
                                std::to_string(options.num_sanity_val_steps()));
