@@ -129,8 +129,8 @@ class OptimizationStep {
   std::vector<std::vector<at::Tensor>> parameters_;  // per phase
   std::vector<LossMetricNames> loss_metrics_;        // per phase
   std::size_t current_phase_ = 0;
-  std::int64_t window_first_batch_ = 0;              // global index of the window's first batch
-  std::int64_t window_batches_run_ = 0;              // batches of the window run so far
+  std::int64_t window_first_batch_ = 0;  // global index of the window's first batch
+  std::int64_t window_batches_run_ = 0;  // batches of the window run so far
   at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from
   std::int64_t backward_seed_version_ = 0;  // its version counter when it was made
   bool in_window_ = false;
