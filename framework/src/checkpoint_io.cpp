@@ -86,13 +86,14 @@ struct NamedTensors {
   std::vector<at::Tensor> tensors;
 };
 
+/// The tensors of `items`: themselves, or copies from `copies` when given.
 NamedTensors collect(const torch::OrderedDict<std::string, at::Tensor>& items,
-                     TensorCapture capture = TensorCapture::References) {
+                     detail::TensorCopyPool* copies = nullptr) {
   NamedTensors out;
   for (const auto& item : items) {
     out.names.push_back(item.key());
     auto tensor = item.value().detach();
-    out.tensors.push_back(capture == TensorCapture::Copies ? tensor.clone() : std::move(tensor));
+    out.tensors.push_back(copies != nullptr ? copies->copy_of(tensor) : std::move(tensor));
   }
   return out;
 }
@@ -147,10 +148,11 @@ struct ModelTensors {
   NamedTensors parameters, buffers, current_parameters, current_buffers;
 };
 
-void save_model(OutputArchive& archive, const torch::nn::Module& module, TensorCapture capture) {
+void save_model(OutputArchive& archive, const torch::nn::Module& module,
+                detail::TensorCopyPool* copies) {
   for (const auto& [key, items] : {std::make_pair("parameters", module.named_parameters()),
                                    std::make_pair("buffers", module.named_buffers())}) {
-    const auto tensors = collect(items, capture);
+    const auto tensors = collect(items, copies);
     archive.write(std::string(key) + "_names", c10::IValue(detail::join_lines(tensors.names)));
     archive.write(key, c10::IValue(c10::List<at::Tensor>(tensors.tensors)));
   }
@@ -178,23 +180,23 @@ std::vector<std::int64_t> group_sizes(const torch::optim::Optimizer& optimizer) 
 // The first phase's optimizer (the only one of a trainer of one optimizer) under "optimizer",
 // "optimizer_type", "optimizer_groups"; phase i's under the same keys with "_i" appended.
 void save_optimizer(OutputArchive& archive, torch::optim::Optimizer& optimizer, std::size_t index,
-                    TensorCapture capture) {
+                    detail::TensorCopyPool* copies) {
   archive.write(detail::indexed_key("optimizer_type", index),
                 c10::IValue(type_name(typeid(optimizer))));
   archive.write(detail::indexed_key("optimizer_groups", index),
                 c10::IValue(group_sizes(optimizer)));
   const auto key = detail::indexed_key("optimizer", index);
   OutputArchive optimizer_archive;
-  if (capture == TensorCapture::References) {
+  if (copies == nullptr) {
     optimizer.save(optimizer_archive);
     archive.write(key, optimizer_archive);
     return;
   }
-  const detail::OptimizerStateCopies copies(optimizer);
+  const detail::OptimizerStateCopies state_copies(optimizer, *copies);
   optimizer.save(optimizer_archive);
   // A state of a type whose tensors cannot be copied is serialized now, before training goes on.
   write_section(archive, key, optimizer_archive,
-                copies.copied() ? Section::Deferred : Section::Serialized);
+                state_copies.copied() ? Section::Deferred : Section::Serialized);
 }
 
 InputArchive read_optimizer(CheckpointReader& reader, const OptimizerPhase& phase,
@@ -280,13 +282,13 @@ MetricSeries read_metrics(CheckpointReader& reader) {
 
 // ---- the subscribers: class callbacks' states and filters' counts -------------------------------
 
-void save_subscribers(OutputArchive& archive, const EventBus& bus, TensorCapture capture) {
+void save_subscribers(OutputArchive& archive, const EventBus& bus, bool copies) {
   std::vector<std::string> callback_names;
   for (const auto& callback : bus.callbacks()) {
     OutputArchive callback_archive;
     callback->save_state(callback_archive);
     // A state that may hold what the callback changes in place later is serialized now.
-    const bool deferred = capture == TensorCapture::References || callback->state_is_snapshot();
+    const bool deferred = !copies || callback->state_is_snapshot();
     write_section(archive, "callback_" + std::to_string(callback_names.size()), callback_archive,
                   deferred ? Section::Deferred : Section::Serialized);
     callback_names.push_back(callback->name());
@@ -402,15 +404,18 @@ CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::pa
   for (const auto& callback : parts.bus.callbacks()) {
     if (callback->runs_on(parts.state.rank)) callback->on_save_checkpoint(checkpoint);
   }
+  auto* copies = capture == TensorCapture::Copies ? &parts.copies : nullptr;
+  if (copies != nullptr) copies->begin_capture();
   auto archive = std::make_shared<OutputArchive>();
   archive->write("format_version", c10::IValue(kPayloadFormatVersion));
   parts.fit.save(*archive, parts.options);
-  save_model(*archive, parts.module, capture);
+  save_model(*archive, parts.module, copies);
   for (std::size_t i = 0; i < parts.phases.size(); ++i) {
-    save_optimizer(*archive, *parts.phases[i].optimizer(), i, capture);
+    save_optimizer(*archive, *parts.phases[i].optimizer(), i, copies);
   }
+  if (copies != nullptr) copies->end_capture();
   save_metrics(*archive, parts.state.metrics);
-  save_subscribers(*archive, parts.bus, capture);
+  save_subscribers(*archive, parts.bus, copies != nullptr);
   archive->write("options", c10::IValue(describe_options(parts.options)));
   parts.step.save(*archive);
   return CheckpointSnapshot(

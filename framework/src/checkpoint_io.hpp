@@ -9,6 +9,7 @@
 
 #include "fit_loop.hpp"
 #include "optimization_step.hpp"
+#include "tensor_copy_pool.hpp"
 
 #include <filesystem>
 #include <string>
@@ -35,13 +36,15 @@ struct CheckpointParts {
   const std::vector<OptimizerPhase>& phases;  ///< each phase's optimizer
   EventBus& bus;
   State& state;
-  const TrainerOptions& options;  ///< as configured (not a fast_dev_run's overrides)
+  const TrainerOptions& options;   ///< as configured (not a fast_dev_run's overrides)
+  detail::TensorCopyPool& copies;  ///< the buffers of TensorCapture::Copies
 };
 
 /// How a captured checkpoint holds the run's tensors.
 enum class TensorCapture {
   References,  ///< the live tensors: serialize before training goes on
-  Copies,      ///< copies (the model's, the optimizer's state, callbacks' snapshot states)
+  Copies,      ///< copies (the model's, the optimizer's state, callbacks' snapshot states), written
+               ///< into CheckpointParts::copies's buffers
 };
 
 /// A checkpoint of `parts` now, after every callback's on_save_checkpoint was told `path`. With

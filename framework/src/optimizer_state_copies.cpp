@@ -37,7 +37,7 @@ std::optional<std::vector<at::Tensor*>> state_tensors(OptimizerParamState& state
 
 }  // namespace
 
-OptimizerStateCopies::OptimizerStateCopies(Optimizer& optimizer) {
+OptimizerStateCopies::OptimizerStateCopies(Optimizer& optimizer, TensorCopyPool& copies) {
   std::vector<at::Tensor*> fields;
   for (auto& entry : optimizer.state()) {
     auto tensors = state_tensors(*entry.second);
@@ -53,7 +53,7 @@ OptimizerStateCopies::OptimizerStateCopies(Optimizer& optimizer) {
   originals_.reserve(fields_.size());
   for (auto* field : fields_) {
     originals_.push_back(*field);
-    *field = field->clone();
+    *field = copies.copy_of(*field);
   }
 }
 

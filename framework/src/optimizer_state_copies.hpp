@@ -6,6 +6,8 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "tensor_copy_pool.hpp"
+
 #include <vector>
 
 namespace torchbus::detail {
@@ -15,9 +17,9 @@ namespace torchbus::detail {
 /// `optimizer.save` writes in between are the copies, which later steps do not change.
 class OptimizerStateCopies {
  public:
-  /// Swaps in copies; `copied()` is false (and nothing is swapped) when a state type is not one
-  /// of LibTorch's SGD, Adam, AdamW, Adagrad or RMSprop.
-  explicit OptimizerStateCopies(torch::optim::Optimizer& optimizer);
+  /// Swaps in copies taken from `copies`; `copied()` is false (and nothing is swapped) when a
+  /// state type is not one of LibTorch's SGD, Adam, AdamW, Adagrad or RMSprop.
+  OptimizerStateCopies(torch::optim::Optimizer& optimizer, TensorCopyPool& copies);
   OptimizerStateCopies(const OptimizerStateCopies&) = delete;
   OptimizerStateCopies& operator=(const OptimizerStateCopies&) = delete;
   /// Puts the originals back.

@@ -116,7 +116,7 @@ struct Trainer::Parts final : StepHooks {
   /// The parts a checkpoint is composed of.
   CheckpointParts checkpoint() {
     return {fit,           step,           *trainer.module_, trainer.phases_,
-            trainer.bus(), trainer.state_, trainer.options_};
+            trainer.bus(), trainer.state_, trainer.options_, copies};
   }
 
   Trainer& trainer;
@@ -126,6 +126,7 @@ struct Trainer::Parts final : StepHooks {
   OptimizationStep step;
   EvaluationLoop evaluation;
   FitLoop fit;
+  detail::TensorCopyPool copies;  ///< reused by one background checkpoint after another
 };
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
@@ -283,6 +284,7 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
       resume_from_checkpoint(parts.checkpoint(), path);
     }
     parts.events.run_action([&] { parts.fit.run(train, validation, fresh); }, process_group());
+    parts.copies.clear();  // the last checkpoint's copies: the next run's first capture is new
   });
 }
 

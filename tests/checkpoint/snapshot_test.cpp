@@ -10,6 +10,7 @@
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/callbacks/ema.hpp>
 
+#include <map>
 #include <optional>
 
 using namespace torchbus;
@@ -55,6 +56,19 @@ void check_equal(const std::vector<at::Tensor>& expected, const std::vector<at::
       BOOST_TEST(torch::equal(expected[i], actual[i]), "tensor " << i);
     }
   }
+}
+
+/// Checks that the checkpoints `expected` and `actual` load to the same run.
+void check_same_run(const fs::path& expected, const fs::path& actual) {
+  SnapshotRun from_expected(77), from_actual(78);
+  from_expected.trainer.load_checkpoint(expected);
+  from_actual.trainer.load_checkpoint(actual);
+  BOOST_TEST(from_expected.trainer.state().step == from_actual.trainer.state().step);
+  check_equal(snapshot_parameters(*from_expected.model), snapshot_parameters(*from_actual.model),
+              "the model");
+  check_equal(adam_state(from_expected.optimizer), adam_state(from_actual.optimizer), "Adam");
+  check_equal(from_expected.ema->average(), from_actual.ema->average(), "the EMA's average");
+  BOOST_TEST(torch::equal(from_expected.running->sum, from_actual.running->sum));
 }
 
 }  // namespace
@@ -118,14 +132,34 @@ BOOST_AUTO_TEST_CASE(serializes_once_and_loads_as_the_checkpoint_bytes_of_the_sa
     return std::string(error.what()).find("already serialized") != std::string::npos;
   });
   // Both load to the same run (the user callback's section is serialized apart in the snapshot).
-  SnapshotRun from_bytes(77), from_snapshot(78);
-  from_bytes.trainer.load_checkpoint(folder / "then.tbckpt");
-  from_snapshot.trainer.load_checkpoint(folder / "snapshot.tbckpt");
-  check_equal(snapshot_parameters(*from_bytes.model), snapshot_parameters(*from_snapshot.model),
-              "the model");
-  check_equal(adam_state(from_bytes.optimizer), adam_state(from_snapshot.optimizer), "Adam");
-  check_equal(from_bytes.ema->average(), from_snapshot.ema->average(), "the EMA's average");
-  BOOST_TEST(torch::equal(from_bytes.running->sum, from_snapshot.running->sum));
+  check_same_run(folder / "then.tbckpt", folder / "snapshot.tbckpt");
+}
+
+BOOST_AUTO_TEST_CASE(a_capture_reuses_only_the_copies_of_snapshots_already_serialized) {
+  const auto folder = scratch("snapshot", "reuse");
+  SnapshotRun run;
+  std::map<std::int64_t, CheckpointSnapshot> snapshots;
+  run.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step % 2 != 0) return;
+    const auto name = "step-" + std::to_string(s.step);
+    write_file_atomically(folder / (name + "-bytes.tbckpt"),
+                          run.trainer.checkpoint_bytes(folder / (name + ".tbckpt")));
+    snapshots.emplace(s.step, run.trainer.capture_checkpoint(folder / (name + ".tbckpt")));
+    // Step 2's snapshot is serialized at once, so step 4's capture writes into its copies; step
+    // 4's is still held when step 6 is captured, so step 6 must copy anew.
+    if (s.step == 2) write_file_atomically(folder / "step-2.tbckpt", snapshots.at(2).bytes());
+    if (s.step == 6) s.request_stop("captured", StopKind::Interrupted);
+  });
+  run.fit();
+  BOOST_REQUIRE(snapshots.size() == 3u);
+  write_file_atomically(folder / "step-4.tbckpt", snapshots.at(4).bytes());
+  write_file_atomically(folder / "step-6.tbckpt", snapshots.at(6).bytes());
+  for (const auto* name : {"step-2", "step-4", "step-6"}) {
+    BOOST_TEST_CONTEXT(name) {
+      check_same_run(folder / (std::string(name) + "-bytes.tbckpt"),
+                     folder / (std::string(name) + ".tbckpt"));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
