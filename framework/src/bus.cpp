@@ -125,7 +125,7 @@ struct IsolatedSlot {
       // At ActionStart nothing has run yet: a subscriber that cannot start (an unwritable folder,
       // an unreachable server) fails the action at once, whatever its policy.
       if (channel == index_of(Event::ActionStart)) throw;
-      channels->record_failure(id, channel);
+      channels->record_failure(id, channels->channel_name(channel));
     }
   }
 };
@@ -184,10 +184,9 @@ void Channels::disconnect(SubscriberId id) {
   }
 }
 
-void Channels::record_failure(SubscriberId id, std::size_t channel) {
+void Channels::record_failure(SubscriberId id, std::string_view event) {
   auto& subscriber = *subscribers[id];
   const auto label = short_label(id);
-  const auto event = channel_name(channel);
   const auto error = current_error_text();
   auto found = std::find_if(failures.begin(), failures.end(),
                             [&](const SubscriberFailure& f) { return f.subscriber == label; });
@@ -208,6 +207,13 @@ void Channels::record_failure(SubscriberId id, std::size_t channel) {
       label, event, error);
   found->disabled = true;
   disable(id);
+}
+
+std::optional<SubscriberId> Channels::id_of(const Callback& callback) const noexcept {
+  for (SubscriberId id = 0; id < subscribers.size(); ++id) {
+    if (subscribers[id]->callback == &callback) return id;
+  }
+  return std::nullopt;
 }
 
 void Channels::disable(SubscriberId id) {
@@ -549,6 +555,28 @@ std::size_t EventBus::subscriber_count(CustomEvent event) const {
 
 const std::vector<std::shared_ptr<Callback>>& EventBus::callbacks() const noexcept {
   return channels_->callbacks;
+}
+
+bool EventBus::run_callback_hook(const Callback& callback, std::string_view what,
+                                 const std::function<void()>& hook) {
+  const auto id = channels_->id_of(callback);
+  if (!id || channels_->subscribers[*id]->placement.error_policy().propagates()) {
+    hook();
+    return true;
+  }
+  try {
+    hook();
+    channels_->subscribers[*id]->failures_in_a_row = 0;
+    return true;
+  } catch (...) {
+    channels_->record_failure(*id, what);
+    return false;
+  }
+}
+
+bool EventBus::is_disabled(const Callback& callback) const noexcept {
+  const auto id = channels_->id_of(callback);
+  return id && channels_->subscribers[*id]->disabled;
 }
 
 Callback* EventBus::find_callback(std::string_view name) const noexcept {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,9 +128,12 @@ struct Channels {
   const Subscriber* find_named(std::string_view name) const noexcept;
   /// Disconnects subscriber `id` from every channel and removes a callback from the registry.
   void disconnect(SubscriberId id);
-  /// Records that subscriber `id` threw the exception being handled during `channel` under a
-  /// Disable policy; logs it, and disables the subscriber when it has no retry left.
-  void record_failure(SubscriberId id, std::size_t channel);
+  /// Records that subscriber `id` threw the exception being handled during `event` (an event's
+  /// name, or a callback hook's) under a Disable policy; logs it, and disables the subscriber when
+  /// it has no retry left.
+  void record_failure(SubscriberId id, std::string_view event);
+  /// The id of the class callback `callback` (also when disabled); none when it is not added.
+  std::optional<SubscriberId> id_of(const Callback& callback) const noexcept;
   /// Disconnects subscriber `id`'s slots for good, keeping it added: its name stays taken, a
   /// callback stays in the registry (its state in checkpoints) and its filters keep their keys.
   void disable(SubscriberId id);

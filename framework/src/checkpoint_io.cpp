@@ -282,11 +282,16 @@ MetricSeries read_metrics(CheckpointReader& reader) {
 
 // ---- the subscribers: class callbacks' states and filters' counts -------------------------------
 
-void save_subscribers(OutputArchive& archive, const EventBus& bus, bool copies) {
+/// The callbacks' states (one whose save_state fails under a disabling error policy is left out:
+/// a run resumed from the checkpoint starts it fresh) and the filters' counts.
+void save_subscribers(OutputArchive& archive, EventBus& bus, bool copies) {
   std::vector<std::string> callback_names;
   for (const auto& callback : bus.callbacks()) {
     OutputArchive callback_archive;
-    callback->save_state(callback_archive);
+    if (!bus.run_callback_hook(*callback, "save_state",
+                               [&] { callback->save_state(callback_archive); })) {
+      continue;
+    }
     // A state that may hold what the callback changes in place later is serialized now.
     const bool deferred = !copies || callback->state_is_snapshot();
     write_section(archive, "callback_" + std::to_string(callback_names.size()), callback_archive,
@@ -401,8 +406,12 @@ CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::pa
                  "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
                  "runs), not between StepStart and the end of the optimizer step");
   const auto checkpoint = checkpoint_of(path, parts.fit.progress());
+  // A callback disabled by its error policy no longer sees events; one that fails here (a logger
+  // flushing to a full disk) is disabled by its policy like a failure during an event.
   for (const auto& callback : parts.bus.callbacks()) {
-    if (callback->runs_on(parts.state.rank)) callback->on_save_checkpoint(checkpoint);
+    if (!callback->runs_on(parts.state.rank) || parts.bus.is_disabled(*callback)) continue;
+    parts.bus.run_callback_hook(*callback, "on_save_checkpoint",
+                                [&] { callback->on_save_checkpoint(checkpoint); });
   }
   auto* copies = capture == TensorCapture::Copies ? &parts.copies : nullptr;
   if (copies != nullptr) copies->begin_capture();

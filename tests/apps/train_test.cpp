@@ -651,8 +651,9 @@ BOOST_AUTO_TEST_CASE(bad_values_are_named_with_their_flag) {
 
 BOOST_AUTO_TEST_CASE(a_full_disk_mid_epoch_exits_1_and_logs_no_epoch_summary_of_nan) {
   const auto out = scratch("train_test", "full_disk");
-  // Files may not grow past 64 KiB (SIGXFSZ ignored, so writes fail with EFBIG as on a full
-  // disk): the first checkpoint, after step 1, cannot be written.
+  // Files may not grow past 32 KiB (sh's `ulimit -f` counts 512-byte blocks; SIGXFSZ ignored, so
+  // writes fail with EFBIG as on a full disk): the first checkpoint, after step 1, cannot be
+  // written.
   const auto result =
       run_train("--epochs 1 --checkpoint-every 1 --no-progress --out " + out.string(),
                 "ulimit -f 64; trap '' XFSZ;");
@@ -661,6 +662,51 @@ BOOST_AUTO_TEST_CASE(a_full_disk_mid_epoch_exits_1_and_logs_no_epoch_summary_of_
   BOOST_TEST(!has(result.output, "--help"));
   BOOST_TEST(!fs::exists(out / "summary.json"));
   BOOST_TEST(!has(read_text(out / "train.log"), "epoch 1 ended"));
+}
+
+// A logger whose file stops growing mid-run (the process's file size limit, as a full disk for
+// that file alone) is disabled: the run completes with its checkpoints and the same weights, exits
+// 0, and summary.json and the end of the log name it (issue 29).
+BOOST_AUTO_TEST_CASE(a_logger_failing_mid_run_is_disabled_and_named_in_the_summary) {
+  // TensorBoard every step (--log-every 1) outgrows every other output of a small model over 5120
+  // steps (the CSV, as large, is off); the unlimited run gives the sizes the limit goes between.
+  const std::string flags = "--epochs 40 --hidden 4 --log-every 1 --no-csv --no-progress";
+  const auto reference = scratch("train_test", "failing_logger_reference");
+  const auto unlimited = run_train(flags + " --out " + reference.string());
+  BOOST_TEST_REQUIRE(unlimited.status == 0, unlimited.output);
+  std::uintmax_t events = 0, others = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(reference)) {
+    const auto name = entry.path().filename().string();
+    // spdlog reports a failed write of train.log on stderr and goes on
+    if (!entry.is_regular_file() || name == "train.log") continue;
+    auto& largest = name.find("tfevents") != std::string::npos ? events : others;
+    largest = std::max(largest, entry.file_size());
+  }
+  BOOST_TEST_REQUIRE(others * 10 < events * 9, "events " << events << " B, others " << others);
+  // sh's `ulimit -f` counts 512-byte blocks (POSIX)
+  const auto limit_blocks = std::to_string((events + others) / 2 / 512);
+
+  const auto out = scratch("train_test", "failing_logger");
+  const auto result =
+      run_train(flags + " --out " + out.string(), "ulimit -f " + limit_blocks + "; trap '' XFSZ;");
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto summary = read_text(out / "summary.json");
+  BOOST_TEST(json_string(summary, "stop_reason") == "completed");
+  BOOST_TEST(json_number(summary, "steps") == 5120);
+  BOOST_TEST(json_string(summary, "params_sha256") ==
+             json_string(read_text(reference / "summary.json"), "params_sha256"));
+  // One entry: the TensorBoard logger, disabled after its first failure, with the error.
+  const auto failures = torchbus::testing::json_value(summary, "subscriber_failures");
+  BOOST_TEST_REQUIRE(failures.size() == 1u, failures.dump());
+  BOOST_TEST(failures[0].value("subscriber", "") == "tensorboard_logger");
+  BOOST_TEST(failures[0].value("failures", 0) == 1);
+  BOOST_TEST(failures[0].value("disabled", false));
+  BOOST_TEST(has(failures[0].value("first_error", ""), "File too large"), failures.dump());
+  BOOST_TEST(has(result.output, "fit() completed without 1 disabled subscriber(s)"), result.output);
+  // The checkpoints were written: the run resumes as finished.
+  const auto resumed = run_train(flags + " --resume --out " + out.string());
+  BOOST_TEST(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "already finished: completed"), resumed.output);
 }
 
 // --fast-dev-run: one epoch of N batches of training and of validation, whatever the other flags

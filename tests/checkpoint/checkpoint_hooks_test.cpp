@@ -46,9 +46,89 @@ class HookRecorder : public Callback {
   }
 };
 
+/// A HookRecorder whose on_save_checkpoint (or save_state) throws from the `fail_from`-th call on.
+class FailingHooks : public HookRecorder {
+ public:
+  FailingHooks(std::string name, bool in_save_state, int fail_from)
+      : HookRecorder(std::move(name)), in_save_state_(in_save_state), fail_from_(fail_from) {}
+  int calls = 0;
+  void on_step_end(State&) override { log->push_back(name() + ": StepEnd"); }
+  void on_save_checkpoint(const Checkpoint& checkpoint) override {
+    HookRecorder::on_save_checkpoint(checkpoint);
+    if (!in_save_state_ && ++calls >= fail_from_) throw std::runtime_error("disk full");
+  }
+  void save_state(torch::serialize::OutputArchive& archive) const override {
+    HookRecorder::save_state(archive);
+    if (in_save_state_ && ++const_cast<FailingHooks*>(this)->calls >= fail_from_) {
+      throw std::runtime_error("disk full");
+    }
+  }
+
+ private:
+  bool in_save_state_;
+  int fail_from_;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(checkpoint_hooks)
+
+// A checkpoint hook that throws follows the callback's error policy, as a failure during an event
+// does: a logger (disable) is disabled and the checkpoint is written, a callback that propagates
+// fails the checkpoint.
+BOOST_AUTO_TEST_CASE(a_failing_checkpoint_hook_follows_the_callbacks_error_policy) {
+  for (const bool in_save_state : {false, true}) {
+    BOOST_TEST_CONTEXT((in_save_state ? "save_state" : "on_save_checkpoint")) {
+      const TempDir dir("checkpoint_hooks");
+      Run run(TrainerOptions().max_epochs(1));
+      auto logger = std::make_shared<FailingHooks>("logger", in_save_state, 2);
+      logger->set_role(Role::Logger);
+      run.trainer.add(logger);
+      run.trainer.on(Event::StepEnd, [&](State& s) {
+        run.trainer.save_checkpoint(dir.path / ("step-" + std::to_string(s.step) + ".tbckpt"));
+      });
+      auto data = make_batches(3, 4);
+      BOOST_CHECK_NO_THROW(run.trainer.fit(data));
+      BOOST_TEST(run.trainer.state().step == 3);
+      const auto& failures = run.trainer.bus().subscriber_failures();
+      BOOST_TEST_REQUIRE(failures.size() == 1u);
+      BOOST_TEST(failures[0].subscriber == "logger");
+      BOOST_TEST(failures[0].event == (in_save_state ? "save_state" : "on_save_checkpoint"));
+      BOOST_TEST(failures[0].first_error == "disk full");
+      BOOST_TEST(failures[0].disabled);
+      BOOST_TEST(run.trainer.bus().is_disabled(*logger));
+      // Disabled at step 2's checkpoint: no event after it, no on_save_checkpoint either; its
+      // state is still saved (a save_state that fails again is left out again and counted).
+      BOOST_TEST(failures[0].failures == (in_save_state ? 2 : 1));
+      // (A logger's StepEnd runs after the checkpoint's: loggers come last.)
+      const std::vector<std::string> expected{
+          "logger: on_save_checkpoint step-1.tbckpt step=1 epoch=0 batch=1",
+          "logger: save_state",
+          "logger: StepEnd",
+          "logger: on_save_checkpoint step-2.tbckpt step=2 epoch=0 batch=2",
+          "logger: save_state",
+          "logger: save_state"};
+      BOOST_TEST(*logger->log == expected, boost::test_tools::per_element());
+      // Every checkpoint was written; those whose save_state failed hold no state of the logger.
+      for (const auto step : {1, 2, 3}) {
+        Run resumed;
+        auto fresh = std::make_shared<HookRecorder>("logger");
+        resumed.trainer.add(fresh);
+        resumed.trainer.load_checkpoint(dir.path / ("step-" + std::to_string(step) + ".tbckpt"));
+        const bool has_state = !in_save_state || step == 1;
+        BOOST_TEST((fresh->log->front() == "logger: load_state") == has_state, "step " << step);
+      }
+    }
+  }
+  // The same hook under a propagating policy fails the checkpoint, and the run.
+  Run run(TrainerOptions().max_epochs(1));
+  auto monitor = std::make_shared<FailingHooks>("monitor", false, 1);
+  run.trainer.add(monitor);
+  run.trainer.on(Event::StepEnd, [&](State&) { run.trainer.checkpoint_bytes(); });
+  auto data = make_batches(3, 4);
+  BOOST_CHECK_THROW(run.trainer.fit(data), std::runtime_error);
+  BOOST_TEST(run.trainer.bus().subscriber_failures().empty());
+}
 
 BOOST_AUTO_TEST_CASE(saving_calls_every_hook_before_any_state_is_written) {
   const TempDir dir("checkpoint_hooks");

@@ -189,6 +189,14 @@ class EventBus {
   /// The subscribers that threw under a Disable error policy, in the order of their first failure:
   /// those disconnected and those that recovered within their retries.
   const std::vector<SubscriberFailure>& subscriber_failures() const noexcept;
+  /// Runs `hook`, a call of `callback` outside the events (`what`: e.g. "on_save_checkpoint"),
+  /// under the callback's error policy: when the policy disables, a failure is recorded as one
+  /// during `what` (disabling the callback when no retry is left) instead of propagating. Returns
+  /// whether the hook returned.
+  bool run_callback_hook(const Callback& callback, std::string_view what,
+                         const std::function<void()>& hook);
+  /// Whether `callback` was disabled by its error policy (it stays added, its state saved).
+  bool is_disabled(const Callback& callback) const noexcept;
 
   /// Installs `observer` (not owned; nullptr removes it), which then gets the time of every
   /// subscriber call. One per bus: throws ConfigError when another one is installed.
