@@ -6,6 +6,7 @@
 #include "dataset.hpp"
 #include "exit_status.hpp"
 #include "model.hpp"
+#include "process_allocator.hpp"
 #include "rank_agreement.hpp"
 #include "run_directory.hpp"
 #include "run_lock.hpp"
@@ -867,6 +868,9 @@ train::RunStart take_run_directory(const Flags& flags, const std::string& identi
 }
 
 int run(Flags flags) {
+  // Before the first tensor: the CNN's activations then reuse the heap instead of faulting in
+  // fresh pages every step (docs/performance.md, "Large tensors and page faults").
+  const auto allocator = train::keep_freed_memory();
   const fs::path out(flags.out);
   // A world of one without a launcher; under mpirun, torchrun or srun every rank runs this. A stop
   // signal while joining ends the process with 128+N.
@@ -955,6 +959,7 @@ int run(Flags flags) {
   trainer.set_process_group(group);  // the log lines of a world of several name their rank
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
+  log->info("memory: {}", allocator);
   auto batches = rank_batches(flags, data, *group);
   trainer.add(std::make_shared<train::Accuracy>());
   add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());

@@ -129,6 +129,13 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(has(summary, "\"subscriber_failures\": []"));  // no logger was disabled
   const auto log = read_text(out / "train.log");
   BOOST_TEST(has(log, "epoch 3 ended"));
+  // The program keeps freed memory for the next step, unless the environment configures malloc.
+  BOOST_TEST(has(log, "memory: glibc's malloc keeps freed memory"));
+  const auto configured = run_train("--fast-dev-run --no-progress",
+                                    "export GLIBC_TUNABLES=glibc.malloc.trim_threshold=4096;");
+  BOOST_TEST(configured.status == 0, configured.output);
+  BOOST_TEST(has(configured.output, "memory: glibc's malloc as the environment configures it"),
+             configured.output);
   // TensorBoard: one event file whose records all pass their CRC checks (read_events throws
   // otherwise), with the loss every 50 steps and the validation accuracy per epoch.
   const auto tensorboard = torchbus::testing::event_files(out / "tensorboard");
