@@ -122,6 +122,56 @@ BOOST_AUTO_TEST_CASE(an_swa_of_a_phase_averages_that_phase_and_anneals_its_learn
   }
 }
 
+BOOST_AUTO_TEST_CASE(an_swa_of_a_phase_recomputes_its_models_batch_norm_with_the_forward_given) {
+  // Both halves have a batch-norm layer; only the generator's is recomputed, on batches of noise
+  // through the generator's forward.
+  torch::manual_seed(3);
+  torch::nn::Linear linear(3, 4);
+  torch::nn::BatchNorm1d generator_norm(4);
+  torch::nn::Sequential generator(linear, generator_norm);
+  torch::nn::BatchNorm1d discriminator_norm(4);
+  torch::nn::Sequential discriminator(torch::nn::Linear(4, 4), discriminator_norm,
+                                      torch::nn::Linear(4, 1));
+  torch::optim::SGD g(generator->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD d(discriminator->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer trainer({OptimizerPhase("discriminator", d,
+                                  [=](Trainer& trainer, Batch& batch) mutable {
+                                    auto fake = generator->forward(batch.target);
+                                    trainer.state().tensors.set("fake", fake);
+                                    return discriminator_loss(discriminator, batch.data, fake);
+                                  })
+                       .model(discriminator),
+                   OptimizerPhase("generator", g,
+                                  [=](Trainer& trainer, Batch&) mutable {
+                                    return generator_loss(discriminator,
+                                                          trainer.state().tensors.get("fake"));
+                                  })
+                       .model(generator)},
+                  TrainerOptions().max_epochs(2).use_registered_subscriptions(false));
+  std::vector<Batch> noise;
+  for (int i = 0; i < 3; ++i) noise.emplace_back(torch::randn({8, 3}), at::Tensor());
+  trainer.add(std::make_shared<SWA>(
+      SWAOptions()
+          .start_epoch(0)
+          .phase("generator")
+          .batch_norm_data(std::make_shared<RangeSource<std::vector<Batch>>>(noise))
+          .batch_norm_forward(
+              [generator](const at::Tensor& input) mutable { return generator->forward(input); })));
+  at::Tensor discriminator_mean;
+  trainer.on(Event::StepEnd,
+             [&](State&) { discriminator_mean = discriminator_norm->running_mean.clone(); });
+  trainer.fit(gan_batches(3));
+
+  // update_bn: the cumulative average of the batches' means through the averaged linear layer.
+  torch::NoGradGuard no_grad;
+  auto expected = torch::zeros({4}, torch::kDouble);
+  for (const auto& batch : noise) expected += linear->forward(batch.data).mean(0).to(at::kDouble);
+  const auto error = max_difference(generator_norm->running_mean, expected / 3.0);
+  BOOST_TEST(error < 1e-6, "running mean off by " << error);
+  BOOST_TEST(generator_norm->num_batches_tracked.item<std::int64_t>() == 3);
+  BOOST_TEST(torch::equal(discriminator_norm->running_mean, discriminator_mean));
+}
+
 BOOST_AUTO_TEST_CASE(a_phase_the_trainer_does_not_have_is_refused_at_fit_start) {
   const auto refused = [](std::shared_ptr<Callback> callback, const std::string& expected) {
     SeparateGanRun run(TrainerOptions().max_epochs(1));
