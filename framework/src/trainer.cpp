@@ -392,6 +392,20 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
   return loss;
 }
 
+at::Tensor Trainer::forward(const at::Tensor& input) {
+  TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError,
+                 "a trainer of optimizer phases has no forward of its own; call the forward of "
+                 "the model you mean");
+  return forward_(input);
+}
+
+at::Tensor Trainer::compute_loss(const at::Tensor& output, const at::Tensor& target) {
+  TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
+                 "a trainer of optimizer phases has no loss function of its own; compute the "
+                 "loss in the phase's step function");
+  return loss_(output, target);
+}
+
 at::Tensor Trainer::train_step(Batch& batch) {
   if (several_optimizers_) return phases_[parts_->step.current_phase()].step()(*this, batch);
   return train_step_ ? train_step_(*this, batch) : forward_and_loss(batch);

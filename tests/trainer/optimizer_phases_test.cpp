@@ -246,6 +246,13 @@ BOOST_AUTO_TEST_CASE(bad_phases_are_refused_with_what_was_expected) {
                            {"trains with each phase's step function"});
   check_error<ConfigError>([&] { trainer.evaluate(gan_batches(1)); },
                            {"no forward and loss of its own", "set_eval_step"});
+  check_error<ConfigError>(
+      [&] {
+        trainer.forward(torch::zeros({1, 3}));
+      },
+      {"a trainer of optimizer phases has no forward of its own"});
+  check_error<ConfigError>([&] { trainer.compute_loss(torch::zeros({1}), torch::zeros({1})); },
+                           {"a trainer of optimizer phases has no loss function of its own"});
 }
 
 BOOST_AUTO_TEST_CASE(phases_with_models_of_their_own_equal_a_wrapper_and_the_hand_loop_bitwise) {

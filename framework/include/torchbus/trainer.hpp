@@ -166,12 +166,10 @@ class Trainer {
   /// Then calls every callback's `on_load_checkpoint`.
   void load_checkpoint(const std::filesystem::path& path);
 
-  /// Runs the model's forward pass.
-  at::Tensor forward(const at::Tensor& input) { return forward_(input); }
-  /// Applies the loss function.
-  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
-    return loss_(output, target);
-  }
+  /// Runs the model's forward pass (a trainer of optimizer phases has none: ConfigError).
+  at::Tensor forward(const at::Tensor& input);
+  /// Applies the loss function (a trainer of optimizer phases has none: ConfigError).
+  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target);
 
  protected:
   /// One training batch: returns its scalar loss. The default runs the custom train step if one
