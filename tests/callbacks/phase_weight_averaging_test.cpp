@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
+#include <support/scratch.hpp>
 #include <support/two_phase_gan.hpp>
 #include <torchbus/callbacks/ema.hpp>
 #include <torchbus/callbacks/swa.hpp>
@@ -76,6 +77,38 @@ BOOST_AUTO_TEST_CASE(an_ema_of_a_phase_with_a_model_averages_that_model_only) {
 BOOST_AUTO_TEST_CASE(an_ema_of_a_phase_without_a_model_averages_its_optimizers_parameters) {
   GanRun run(TrainerOptions().max_epochs(2));
   check_ema_of_the_generator(run.trainer, *run.gan->generator, *run.gan->discriminator);
+}
+
+BOOST_AUTO_TEST_CASE(an_ema_of_a_phase_resumed_mid_run_continues_the_same_average_bit_for_bit) {
+  TempDir directory("phase_weight_averaging");
+  const auto path = directory.path / "step3.ckpt";
+  const auto data = gan_batches(4);
+  const auto options = TrainerOptions().max_epochs(2);
+  const auto ema_options = EMAOptions().decay(0.8).phase("generator");
+  SeparateGanRun uninterrupted(options);
+  auto uninterrupted_ema = std::make_shared<EMA>(ema_options);
+  uninterrupted.trainer.add(uninterrupted_ema);
+  uninterrupted.trainer.fit(data);
+  {
+    SeparateGanRun interrupted(options);
+    interrupted.trainer.add(std::make_shared<EMA>(ema_options));
+    interrupted.trainer.on(Event::StepEnd, [&](State& state) {
+      if (state.step != 3) return;
+      interrupted.trainer.save_checkpoint(path);
+      state.request_stop("killed", StopKind::Interrupted);
+    });
+    interrupted.trainer.fit(data);
+  }
+  SeparateGanRun resumed(options);
+  auto resumed_ema = std::make_shared<EMA>(ema_options);
+  resumed.trainer.add(resumed_ema);
+  resumed.trainer.resume_from(path);
+  resumed.trainer.fit(data);
+  BOOST_TEST(resumed_ema->updates() == uninterrupted_ema->updates());
+  BOOST_TEST(all_equal(resumed_ema->average(), uninterrupted_ema->average()));
+  BOOST_TEST(all_equal(snapshot(*resumed.gan.generator), snapshot(*uninterrupted.gan.generator)));
+  BOOST_TEST(
+      all_equal(snapshot(*resumed.gan.discriminator), snapshot(*uninterrupted.gan.discriminator)));
 }
 
 BOOST_AUTO_TEST_CASE(an_swa_of_a_phase_averages_that_phase_and_anneals_its_learning_rate_only) {
