@@ -1,7 +1,7 @@
 // Several optimizers: a small GAN learns a 2-D mixture of eight Gaussians. Two optimizer phases
-// per batch (the discriminator's step, then the generator's), both losses logged, checkpoints
-// every few steps, and a run that was killed continues where its last checkpoint left it.
-// docs/trainer.md, "Several optimizers".
+// per batch, each with its own model (the discriminator's step, then the generator's), both
+// losses logged, checkpoints every few steps, and a run that was killed continues where its last
+// checkpoint left it. docs/trainer.md, "Several optimizers" and "A model per phase".
 //
 //   example_gan [DIR [EPOCHS]]   checkpoints, metrics.csv and the final weights (model.pt) in DIR
 //                                (none: a fresh temporary directory, removed at the end)
@@ -19,23 +19,20 @@
 
 namespace {
 
-/// Noise of 8 -> a 2-D sample, and a 2-D sample -> the logit of "real".
-struct GanImpl : torch::nn::Module {
-  GanImpl()
-      : generator(register_module(
-            "generator", torch::nn::Sequential(torch::nn::Linear(8, 64), torch::nn::ReLU(),
-                                               torch::nn::Linear(64, 64), torch::nn::ReLU(),
-                                               torch::nn::Linear(64, 2)))),
-        discriminator(register_module(
-            "discriminator",
-            torch::nn::Sequential(
-                torch::nn::Linear(2, 64),
-                torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
-                torch::nn::Linear(64, 1)))) {}
-  torch::nn::Sequential generator;
-  torch::nn::Sequential discriminator;
-};
-TORCH_MODULE(Gan);
+/// Noise of 8 -> a 2-D sample.
+torch::nn::Sequential make_generator() {
+  return torch::nn::Sequential(torch::nn::Linear(8, 64), torch::nn::ReLU(),
+                               torch::nn::Linear(64, 64), torch::nn::ReLU(),
+                               torch::nn::Linear(64, 2));
+}
+
+/// A 2-D sample -> the logit of "real".
+torch::nn::Sequential make_discriminator() {
+  return torch::nn::Sequential(
+      torch::nn::Linear(2, 64),
+      torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
+      torch::nn::Linear(64, 1));
+}
 
 /// 2048 samples of eight Gaussians (std 0.05) on the unit circle, in batches of 64.
 std::vector<torchbus::Batch> mixture() {
@@ -62,27 +59,34 @@ int main(int argc, char** argv) {
   const auto batches = mixture();
 
   torch::manual_seed(0);
-  Gan gan;
-  torch::optim::Adam discriminator_adam(gan->discriminator->parameters(),
+  auto generator = make_generator();
+  auto discriminator = make_discriminator();
+  torch::optim::Adam discriminator_adam(discriminator->parameters(),
                                         torch::optim::AdamOptions(1e-3).betas({0.5, 0.999}));
-  torch::optim::Adam generator_adam(gan->generator->parameters(),
+  torch::optim::Adam generator_adam(generator->parameters(),
                                     torch::optim::AdamOptions(1e-3).betas({0.5, 0.999}));
-  // The discriminator's phase draws the batch's fakes and leaves them in the tensor store; the
-  // generator's phase, which runs after the discriminator's update, scores them again.
-  torchbus::OptimizerPhase discriminator_phase(
-      "discriminator", discriminator_adam,
-      [gan](torchbus::Trainer& trainer, torchbus::Batch& real) mutable {
-        const auto fake = gan->generator->forward(torch::randn({real.data.size(0), 8}));
-        trainer.state().tensors.set("fake", fake);
-        return F::softplus(-gan->discriminator->forward(real.data)).mean() +
-               F::softplus(gan->discriminator->forward(fake.detach())).mean();
-      });
-  torchbus::OptimizerPhase generator_phase(
-      "generator", generator_adam, [gan](torchbus::Trainer& trainer, torchbus::Batch&) mutable {
-        const auto& fake = trainer.state().tensors.get("fake");
-        return F::softplus(-gan->discriminator->forward(fake)).mean();
-      });
-  torchbus::Trainer trainer(gan.ptr(), {discriminator_phase, generator_phase},
+  // Each phase brings its model (no wrapper module: the trainer keeps them as "discriminator"
+  // and "generator"). The discriminator's phase draws the batch's fakes and leaves them in the
+  // tensor store; the generator's phase, which runs after the discriminator's update, scores them
+  // again.
+  auto discriminator_phase =
+      torchbus::OptimizerPhase(
+          "discriminator", discriminator_adam,
+          [generator, discriminator](torchbus::Trainer& trainer, torchbus::Batch& real) mutable {
+            const auto fake = generator->forward(torch::randn({real.data.size(0), 8}));
+            trainer.state().tensors.set("fake", fake);
+            return F::softplus(-discriminator->forward(real.data)).mean() +
+                   F::softplus(discriminator->forward(fake.detach())).mean();
+          })
+          .model(discriminator);
+  auto generator_phase = torchbus::OptimizerPhase(
+                             "generator", generator_adam,
+                             [discriminator](torchbus::Trainer& trainer, torchbus::Batch&) mutable {
+                               const auto& fake = trainer.state().tensors.get("fake");
+                               return F::softplus(-discriminator->forward(fake)).mean();
+                             })
+                             .model(generator);
+  torchbus::Trainer trainer({discriminator_phase, generator_phase},
                             torchbus::TrainerOptions().max_epochs(epochs).run_identity(
                                 "example=gan\nepochs=" + std::to_string(epochs)));
   // Both losses of every epoch in metrics.csv (train_loss_epoch/<phase>); a checkpoint every 16
@@ -104,14 +108,14 @@ int main(int argc, char** argv) {
   // How well the generator covers the eight modes: the share of 1024 fakes within 0.25 of one.
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
-  const auto fake = gan->generator->forward(torch::randn({1024, 8}));
+  const auto fake = generator->forward(torch::randn({1024, 8}));
   const auto angles = torch::arange(8, torch::kFloat) * (2.0 * M_PI / 8.0);
   const auto modes = torch::stack({torch::cos(angles), torch::sin(angles)}, 1);
   const auto nearest = torch::cdist(fake, modes).min(1);
   const auto close = (std::get<0>(nearest) < 0.25).to(torch::kFloat).mean().item<double>();
   const auto covered = std::get<1>(nearest).masked_select(std::get<0>(nearest) < 0.25);
   const auto modes_hit = torch::bincount(covered, {}, 8).gt(0).sum().item<std::int64_t>();
-  torch::save(gan->parameters(), (directory / "model.pt").string());
+  torch::save(trainer.module().parameters(), (directory / "model.pt").string());
   std::cout << "GAN finished: " << trainer.state().step << " steps, "
             << trainer.optimizer_phases()[1].name() << " made "
             << trainer.state().metrics.series("train_loss/generator").size() << " updates; "

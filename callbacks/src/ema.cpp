@@ -31,28 +31,32 @@ void EMA::on_added(Trainer& trainer) {
       detail::after_final_save(name(), "apply_at_end"));
 }
 
-void EMA::track(torch::nn::Module& model) {
-  tracked_ = detail::model_weights(model, options_.average_buffers());
+std::string EMA::owner() const {
+  return detail::concat("EMA '", name(), "'");
+}
+
+void EMA::on_action_start(State& state) {
+  if (!options_.phase().empty()) detail::averaged_weights(state, options_.phase(), false, owner());
+}
+
+void EMA::start_tracking(const State& state) {
+  tracked_ = detail::averaged_weights(state, options_.phase(), options_.average_buffers(), owner());
   averaged_.clear();
   for (const auto& tensor : tracked_) averaged_.push_back(tensor.is_floating_point());
-  if (average_.empty()) return;
-  const auto mismatch = detail::weights_mismatch(average_, tracked_, "the checkpoint's averages");
-  TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "EMA '", name(), "': ", mismatch);
-  for (std::size_t i = 0; i < average_.size(); ++i) {
-    average_[i] = average_[i].to(tracked_[i].options());
+  if (!average_.empty()) {  // loaded from a checkpoint
+    const auto mismatch = detail::weights_mismatch(average_, tracked_, "the checkpoint's averages");
+    TORCHBUS_CHECK(mismatch.empty(), CheckpointError, owner(), ": ", mismatch);
+    for (std::size_t i = 0; i < average_.size(); ++i) {
+      average_[i] = average_[i].to(tracked_[i].options());
+    }
+    return;
   }
+  at::NoGradGuard no_grad;
+  for (const auto& tensor : tracked_) average_.push_back(tensor.detach().clone());
 }
 
 void EMA::on_step_start(State& state) {
   if (tracked_.empty()) start_tracking(state);
-}
-
-void EMA::start_tracking(const State& state) {
-  TORCHBUS_CHECK(state.model != nullptr, ConfigError, "EMA '", name(), "' needs state.model");
-  track(*state.model);
-  if (!average_.empty()) return;  // loaded from a checkpoint
-  at::NoGradGuard no_grad;
-  for (const auto& tensor : tracked_) average_.push_back(tensor.detach().clone());
 }
 
 void EMA::on_step_end(State& state) {
@@ -100,15 +104,19 @@ void EMA::restore_raw_weights() {
 
 void EMA::apply_at_end(const State& state) {
   // Only at the end of fit(), not of evaluate(); an exception leaves the raw weights.
-  if (state.action != Action::Fit || state.error || state.model == nullptr || average_.empty())
-    return;
-  copy_to(*state.model);
+  if (state.action != Action::Fit || state.error || average_.empty()) return;
+  copy_average_to(
+      detail::averaged_weights(state, options_.phase(), options_.average_buffers(), owner()),
+      "apply_at_end");
 }
 
 void EMA::copy_to(torch::nn::Module& model) const {
-  const auto weights = detail::model_weights(model, options_.average_buffers());
+  copy_average_to(detail::model_weights(model, options_.average_buffers()), "copy_to");
+}
+
+void EMA::copy_average_to(const std::vector<at::Tensor>& weights, const char* what) const {
   const auto mismatch = detail::weights_mismatch(average_, weights, "the averages");
-  TORCHBUS_CHECK(mismatch.empty(), ConfigError, "EMA '", name(), "': copy_to: ", mismatch);
+  TORCHBUS_CHECK(mismatch.empty(), ConfigError, owner(), ": ", what, ": ", mismatch);
   detail::copy_weights(average_, weights);
 }
 

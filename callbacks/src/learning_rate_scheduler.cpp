@@ -1,3 +1,5 @@
+#include "named_optimizer_phase.hpp"
+
 #include <spdlog/spdlog.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -166,14 +168,9 @@ void LearningRateScheduler::advance(torch::optim::Optimizer& optimizer) {
 
 torch::optim::Optimizer* LearningRateScheduler::scheduled_optimizer(const State& state) const {
   if (options_.phase().empty() || state.optimizer == nullptr) return state.optimizer;
-  std::vector<std::string> names;
-  for (const auto& phase : state.trainer().optimizer_phases()) {
-    if (phase.name() == options_.phase()) return phase.optimizer();
-    names.push_back(phase.name());
-  }
-  throw ConfigError(detail::concat(
-      "LearningRateScheduler '", name(), "': the trainer has no optimizer phase named '",
-      options_.phase(), "'; its phases are ", detail::join_or_none(names)));
+  return detail::named_optimizer_phase(state, options_.phase(),
+                                       detail::concat("LearningRateScheduler '", name(), "'"))
+      .optimizer();
 }
 
 void LearningRateScheduler::on_action_start(State& state) {

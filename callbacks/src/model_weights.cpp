@@ -2,7 +2,12 @@
 
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torchbus/error.hpp>
+#include <torchbus/state.hpp>
+#include <torchbus/trainer.hpp>
+
+#include "named_optimizer_phase.hpp"
 
 namespace torchbus::detail {
 
@@ -12,6 +17,21 @@ std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffer
     for (const auto& buffer : model.buffers()) weights.push_back(buffer);
   }
   return weights;
+}
+
+std::vector<at::Tensor> averaged_weights(const State& state, const std::string& phase,
+                                         bool with_buffers, const std::string& owner) {
+  if (phase.empty()) {
+    TORCHBUS_CHECK(state.model != nullptr, ConfigError, owner, " needs state.model");
+    return model_weights(*state.model, with_buffers);
+  }
+  const auto& named = named_optimizer_phase(state, phase, owner);
+  if (named.model()) return model_weights(*named.model(), with_buffers);
+  std::vector<at::Tensor> parameters;
+  for (const auto& group : named.optimizer()->param_groups()) {
+    for (const auto& parameter : group.params()) parameters.push_back(parameter);
+  }
+  return parameters;
 }
 
 std::string weights_mismatch(const std::vector<at::Tensor>& kept,

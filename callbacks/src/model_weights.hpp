@@ -15,10 +15,21 @@ namespace torch::nn {
 class Module;
 }
 
+namespace torchbus {
+class State;
+}
+
 namespace torchbus::detail {
 
 /// The model's parameters, then (with_buffers) its buffers, in `parameters()`/`buffers()` order.
 std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffers);
+
+/// What a weight-averaging callback with the option `phase` averages: without a phase, the
+/// trainer's model (state.model) as model_weights; with one, that optimizer phase's model as
+/// model_weights, or, when the phase has no model of its own, the parameters its optimizer trains.
+/// Throws ConfigError naming `owner` (e.g. "EMA 'ema'") for a phase the trainer does not have.
+std::vector<at::Tensor> averaged_weights(const State& state, const std::string& phase,
+                                         bool with_buffers, const std::string& owner);
 
 /// Why `kept` cannot be copied into `weights` (their counts or a shape differ), or "" when it
 /// can; `kept_name` says what `kept` is, e.g. "the checkpoint's averages".

@@ -1,4 +1,5 @@
 #include "model_weights.hpp"
+#include "named_optimizer_phase.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -112,7 +113,17 @@ void SWA::on_added(Trainer& trainer) {
       detail::after_final_save(name(), "finish"));
 }
 
+std::string SWA::owner() const {
+  return detail::concat("SWA '", name(), "'");
+}
+
 void SWA::on_action_start(State& state) {
+  if (!options_.phase().empty()) detail::named_optimizer_phase(state, options_.phase(), owner());
+  TORCHBUS_CHECK(!options_.batch_norm_data() || options_.batch_norm_forward() ||
+                     state.trainer().optimizer_phases().front().name().empty(),
+                 ConfigError, owner(),
+                 ": a trainer of optimizer phases has no forward of its own to recompute the "
+                 "batch-norm statistics with; give batch_norm_forward");
   if (options_.start_epoch()) {
     start_epoch_ = *options_.start_epoch();
     return;
@@ -129,7 +140,11 @@ void SWA::on_action_start(State& state) {
 
 void SWA::on_step_start(State& state) {
   if (!options_.swa_lr() || state.epoch < start_epoch_ || state.optimizer == nullptr) return;
-  auto& groups = state.optimizer->param_groups();
+  auto* optimizer =
+      options_.phase().empty()
+          ? state.optimizer
+          : detail::named_optimizer_phase(state, options_.phase(), owner()).optimizer();
+  auto& groups = optimizer->param_groups();
   if (base_lrs_.empty()) {
     for (auto& group : groups) base_lrs_.push_back(group.options().get_lr());
   }
@@ -145,7 +160,7 @@ void SWA::on_epoch_start(State& state) {
   // The epoch a stop or max_steps cut short at EpochEnd had ended after all: this run (resumed or
   // not) continues with the next one.
   if (pending_epoch_ >= 0 && state.epoch > pending_epoch_ && state.model != nullptr) {
-    add_to_average(*state.model);
+    add_to_average(state);
   }
   pending_epoch_ = -1;
 }
@@ -160,18 +175,19 @@ void SWA::on_epoch_end(State& state) {
   if (cut_short) {
     pending_epoch_ = state.epoch;  // added when it turns out to have ended, or at the end of fit
   } else {
-    add_to_average(*state.model);
+    add_to_average(state);
   }
 }
 
-void SWA::add_to_average(torch::nn::Module& model) {
-  const auto weights = detail::model_weights(model, /*with_buffers=*/false);
+void SWA::add_to_average(const State& state) {
+  const auto weights =
+      detail::averaged_weights(state, options_.phase(), /*with_buffers=*/false, owner());
   at::NoGradGuard no_grad;
   if (average_.empty()) {
     for (const auto& weight : weights) average_.push_back(weight.detach().clone());
   } else {
     const auto mismatch = detail::weights_mismatch(average_, weights, "the average");
-    TORCHBUS_CHECK(mismatch.empty(), CheckpointError, "SWA '", name(), "': ", mismatch);
+    TORCHBUS_CHECK(mismatch.empty(), CheckpointError, owner(), ": ", mismatch);
     const double weight_of_new = 1.0 / static_cast<double>(averaged_ + 1);
     for (std::size_t i = 0; i < weights.size(); ++i) {
       average_[i].lerp_(weights[i].detach(), weight_of_new);
@@ -184,7 +200,7 @@ void SWA::finish(const State& state) {
   // Only at the end of fit(), not of evaluate(); after an exception the weights stay.
   if (state.action != Action::Fit || state.error || state.model == nullptr) return;
   if (pending_epoch_ >= 0) {  // the weights the run ends with
-    add_to_average(*state.model);
+    add_to_average(state);
     pending_epoch_ = -1;
   }
   if (average_.empty()) {
@@ -194,19 +210,33 @@ void SWA::finish(const State& state) {
         name(), state.epoch, start_epoch_);
     return;
   }
-  detail::copy_weights(average_, detail::model_weights(*state.model, /*with_buffers=*/false));
+  detail::copy_weights(average_, detail::averaged_weights(state, options_.phase(),
+                                                          /*with_buffers=*/false, owner()));
+  update_batch_norm_at_end(state);
+  logger()->info("SWA '{}': the model holds the average of {} epochs' weights", name(), averaged_);
+}
+
+void SWA::update_batch_norm_at_end(const State& state) {
+  // The phase's model, or the whole model (a phase without a model trains part of it).
+  std::shared_ptr<torch::nn::Module> phase_model;
+  if (!options_.phase().empty()) {
+    phase_model = detail::named_optimizer_phase(state, options_.phase(), owner()).model();
+  }
+  auto& model = phase_model ? *phase_model : *state.model;
   if (options_.batch_norm_data()) {
-    auto& trainer = state.trainer();
-    update_batch_norm(
-        *state.model, [&trainer](const at::Tensor& input) { return trainer.forward(input); },
-        *options_.batch_norm_data(), state.device);
-  } else if (!batch_norm_layers(*state.model).empty()) {
+    auto forward = options_.batch_norm_forward();
+    if (!forward) {
+      forward = [&trainer = state.trainer()](const at::Tensor& input) {
+        return trainer.forward(input);
+      };
+    }
+    update_batch_norm(model, forward, *options_.batch_norm_data(), state.device);
+  } else if (!batch_norm_layers(model).empty()) {
     logger()->warn(
         "SWA '{}': the model has batch-norm layers but no batch_norm_data was given; "
         "their statistics belong to the last weights, not to the average",
         name());
   }
-  logger()->info("SWA '{}': the model holds the average of {} epochs' weights", name(), averaged_);
 }
 
 void SWA::save_state(torch::serialize::OutputArchive& archive) const {

@@ -18,6 +18,7 @@
 #include "fit_loop.hpp"
 #include "loop_context.hpp"
 #include "optimization_step.hpp"
+#include "phase_models.hpp"
 #include "step_output_access.hpp"
 
 #include <algorithm>
@@ -45,12 +46,21 @@ torch::optim::Optimizer& first_optimizer(const std::vector<OptimizerPhase>& phas
   return *phases.front().optimizer();
 }
 
+/// The parameters of `module` (none: null), by their tensors.
+std::unordered_set<const void*> parameter_set(const torch::nn::Module* module) {
+  std::unordered_set<const void*> tensors;
+  if (module == nullptr) return tensors;
+  for (const auto& parameter : module->parameters()) {
+    tensors.insert(parameter.unsafeGetTensorImpl());
+  }
+  return tensors;
+}
+
 /// Throws ConfigError naming the first phase that is not usable: a name that is empty, repeated
 /// or has a line break, no optimizer or step function, a bad every_n_batches or clipping value,
-/// a parameter outside `module` or in two phases' optimizers.
-void check_phases(const std::vector<OptimizerPhase>& phases, torch::nn::Module& module) {
-  std::unordered_map<const void*, std::string> owner;  // model parameter -> its phase ("": none)
-  for (const auto& parameter : module.parameters()) owner[parameter.unsafeGetTensorImpl()];
+/// a model that cannot be trained (check_phase_models), a parameter outside `model` (the
+/// trainer's, may be null) and the phase's own model, or in two phases' optimizers.
+void check_phases(const std::vector<OptimizerPhase>& phases, const torch::nn::Module* model) {
   std::unordered_set<std::string> names;
   for (const auto& phase : phases) {
     const auto& name = phase.name();
@@ -68,18 +78,27 @@ void check_phases(const std::vector<OptimizerPhase>& phases, torch::nn::Module& 
                        phase.gradient_clip_value().value_or(0.0) >= 0.0,
                    ConfigError, "optimizer phase '", name,
                    "': gradient clipping values must be >= 0 (0: off)");
+  }
+  check_phase_models(model, phases);
+  const auto model_parameters = parameter_set(model);
+  std::unordered_map<const void*, std::string> trained_by;  // parameter -> its phase
+  for (const auto& phase : phases) {
+    const auto& name = phase.name();
+    const auto own_parameters = parameter_set(phase.model().get());
+    const char* where = !phase.model()     ? "the trainer's model"
+                        : model == nullptr ? "the phase's model"
+                                           : "the phase's model or the trainer's model";
     for (const auto& group : phase.optimizer()->param_groups()) {
       for (const auto& parameter : group.params()) {
-        const auto found = owner.find(parameter.unsafeGetTensorImpl());
-        TORCHBUS_CHECK(found != owner.end(), ConfigError, "optimizer phase '", name,
-                       "' trains a tensor of shape ", parameter.sizes(),
-                       " that is not a parameter of the trainer's model (its checkpoints would "
-                       "miss it); register it in the model");
-        TORCHBUS_CHECK(found->second.empty() || found->second == name, ConfigError,
-                       "a parameter of shape ", parameter.sizes(),
-                       " is in the optimizers of phases '", found->second, "' and '", name,
-                       "'; each parameter belongs to one phase");
-        found->second = name;
+        const auto* tensor = parameter.unsafeGetTensorImpl();
+        TORCHBUS_CHECK(model_parameters.count(tensor) > 0 || own_parameters.count(tensor) > 0,
+                       ConfigError, "optimizer phase '", name, "' trains a tensor of shape ",
+                       parameter.sizes(), " that is not a parameter of ", where,
+                       " (its checkpoints would miss it); register it in the model");
+        const auto [found, inserted] = trained_by.emplace(tensor, name);
+        TORCHBUS_CHECK(inserted || found->second == name, ConfigError, "a parameter of shape ",
+                       parameter.sizes(), " is in the optimizers of phases '", found->second,
+                       "' and '", name, "'; each parameter belongs to one phase");
       }
     }
   }
@@ -141,26 +160,38 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
   TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError, "Trainer needs a forward function");
   TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "Trainer needs a loss function (output, target) -> scalar tensor");
-  options_.validate();
-  parts_ = std::make_unique<Parts>(*this);
-  if (options_.use_registered_subscriptions()) bus().add_registered();
+  assemble();
 }
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<OptimizerPhase> phases,
                  TrainerOptions options)
-    : module_(std::move(module)),
-      phases_(std::move(phases)),
+    : phases_(std::move(phases)),
       several_optimizers_(true),
       optimizer_(first_optimizer(phases_)),
       options_(std::move(options)) {
-  TORCHBUS_CHECK(module_ != nullptr, ConfigError, "Trainer needs a model, got a null module");
-  check_phases(phases_, *module_);
+  TORCHBUS_CHECK(module != nullptr, ConfigError, "Trainer needs a model, got a null module");
+  check_phases(phases_, module.get());
+  module_ = trained_module(std::move(module), phases_);
+  assemble();
+}
+
+Trainer::Trainer(std::vector<OptimizerPhase> phases, TrainerOptions options)
+    : phases_(std::move(phases)),
+      several_optimizers_(true),
+      optimizer_(first_optimizer(phases_)),
+      options_(std::move(options)) {
+  check_phases(phases_, nullptr);
+  module_ = trained_module(nullptr, phases_);
+  assemble();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::assemble() {
   options_.validate();
   parts_ = std::make_unique<Parts>(*this);
   if (options_.use_registered_subscriptions()) bus().add_registered();
 }
-
-Trainer::~Trainer() = default;
 
 void Trainer::prepare_to_add(Callback* callback) {
   TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
@@ -361,6 +392,20 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
   state_.tensors.set(tensor_names::kLoss, loss);
   state_.set_batch_output(output);
   return loss;
+}
+
+at::Tensor Trainer::forward(const at::Tensor& input) {
+  TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError,
+                 "a trainer of optimizer phases has no forward of its own; call the forward of "
+                 "the model you mean");
+  return forward_(input);
+}
+
+at::Tensor Trainer::compute_loss(const at::Tensor& output, const at::Tensor& target) {
+  TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
+                 "a trainer of optimizer phases has no loss function of its own; compute the "
+                 "loss in the phase's step function");
+  return loss_(output, target);
 }
 
 at::Tensor Trainer::train_step(Batch& batch) {

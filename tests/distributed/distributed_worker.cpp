@@ -11,7 +11,8 @@
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay),
 // gan=1 (instead: a small GAN in two optimizer phases, discriminator then generator, whose
-// generator turns each sample's first 3 features, negated, into a fake; no validation).
+// generator turns each sample's first 3 features, negated, into a fake; no validation),
+// phase_models=1 (with gan=1: each phase brings its half as its model, no wrapper module).
 
 #include <torch/torch.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 
 namespace {
@@ -203,25 +205,35 @@ void train_gan(const std::map<std::string, std::string>& args, const std::string
   torch::optim::Adam discriminator_adam(discriminator->parameters(),
                                         torch::optim::AdamOptions(1e-2));
   torch::optim::Adam generator_adam(generator->parameters(), torch::optim::AdamOptions(2e-2));
-  torchbus::Trainer trainer(
-      gan,
-      {torchbus::OptimizerPhase("discriminator", discriminator_adam,
-                                [&](torchbus::Trainer& self, torchbus::Batch& batch) {
-                                  auto fake = generator->forward(-batch.data.narrow(1, 0, 3));
-                                  self.state().tensors.set("fake", fake);
-                                  return F::softplus(-discriminator->forward(batch.data)).mean() +
-                                         F::softplus(discriminator->forward(fake.detach())).mean();
-                                }),
-       torchbus::OptimizerPhase("generator", generator_adam,
-                                [&](torchbus::Trainer& self, torchbus::Batch&) {
-                                  const auto& fake = self.state().tensors.get("fake");
-                                  return F::softplus(-discriminator->forward(fake)).mean();
-                                })
-           .every_n_batches(number(args, "generator_every", 1))},
-      torchbus::TrainerOptions()
-          .max_epochs(number(args, "epochs", 2))
-          .accumulate_grad_batches(number(args, "accumulate", 1))
-          .seed(11));
+  auto discriminator_phase = torchbus::OptimizerPhase(
+      "discriminator", discriminator_adam, [&](torchbus::Trainer& self, torchbus::Batch& batch) {
+        auto fake = generator->forward(-batch.data.narrow(1, 0, 3));
+        self.state().tensors.set("fake", fake);
+        return F::softplus(-discriminator->forward(batch.data)).mean() +
+               F::softplus(discriminator->forward(fake.detach())).mean();
+      });
+  auto generator_phase =
+      torchbus::OptimizerPhase("generator", generator_adam,
+                               [&](torchbus::Trainer& self, torchbus::Batch&) {
+                                 const auto& fake = self.state().tensors.get("fake");
+                                 return F::softplus(-discriminator->forward(fake)).mean();
+                               })
+          .every_n_batches(number(args, "generator_every", 1));
+  const auto options = torchbus::TrainerOptions()
+                           .max_epochs(number(args, "epochs", 2))
+                           .accumulate_grad_batches(number(args, "accumulate", 1))
+                           .seed(11);
+  std::unique_ptr<torchbus::Trainer> trainer_holder;
+  if (number(args, "phase_models", 0) != 0) {
+    trainer_holder = std::make_unique<torchbus::Trainer>(
+        std::vector<torchbus::OptimizerPhase>{discriminator_phase.model(discriminator),
+                                              generator_phase.model(generator)},
+        options);
+  } else {
+    trainer_holder = std::make_unique<torchbus::Trainer>(
+        gan, std::vector<torchbus::OptimizerPhase>{discriminator_phase, generator_phase}, options);
+  }
+  auto& trainer = *trainer_holder;
   trainer.set_process_group(group);
   std::int64_t at_step_start = 0;
   std::int64_t per_step_max = 0;

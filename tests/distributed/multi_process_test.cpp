@@ -192,6 +192,19 @@ BOOST_AUTO_TEST_CASE(two_ranks_of_optimizer_phases_match_one_process_with_twice_
   const auto rank0 = load_parameters(pair.path / "rank0.params");
   BOOST_TEST(all_equal(rank0, load_parameters(pair.path / "rank1.params")));
   BOOST_TEST(all_close(rank0, reference, 1e-5));
+  // The same GAN as two modules, each phase bringing its own (docs/trainer.md, "A model per
+  // phase"): rank 0's weights are broadcast and the ranks train as with the wrapper module.
+  TempDir separate("distributed");
+  args = common;
+  args.push_back("out=" + separate.path.string());
+  args.push_back("batch=8");
+  args.push_back("phase_models=1");
+  const auto models = run_torchrun_style(kWorker, args, 2, free_port());
+  BOOST_REQUIRE_MESSAGE(
+      models.exit_codes == std::vector<int>(2, 0),
+      read_text(separate.path / "rank0.error") + read_text(separate.path / "rank1.error"));
+  BOOST_TEST(all_equal(load_parameters(separate.path / "rank0.params"), rank0));
+  BOOST_TEST(all_equal(load_parameters(separate.path / "rank1.params"), rank0));
   const auto results = read_results(pair.path / "rank0.txt");
   const auto reference_results = read_results(single.path / "rank0.txt");
   BOOST_TEST(results.at("step") == reference_results.at("step"));

@@ -36,16 +36,36 @@ inline std::vector<Batch> gan_batches(int count, std::uint64_t seed = 11) {
   return batches;
 }
 
+/// TinyGan's halves as two separate modules with its initial weights, for phases that bring
+/// their models (OptimizerPhase::model).
+struct SeparateGan {
+  SeparateGan() {
+    torch::manual_seed(3);
+    generator = torch::nn::Linear(3, 4);
+    discriminator =
+        torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 1));
+  }
+  torch::nn::Linear generator{nullptr};
+  torch::nn::Sequential discriminator{nullptr};
+};
+
 /// The discriminator's loss on real samples and (detached) fakes.
-inline at::Tensor discriminator_loss(TinyGan& gan, const at::Tensor& real, const at::Tensor& fake) {
+inline at::Tensor discriminator_loss(torch::nn::Sequential& discriminator, const at::Tensor& real,
+                                     const at::Tensor& fake) {
   namespace F = torch::nn::functional;
-  return F::softplus(-gan->discriminator->forward(real)).mean() +
-         F::softplus(gan->discriminator->forward(fake.detach())).mean();
+  return F::softplus(-discriminator->forward(real)).mean() +
+         F::softplus(discriminator->forward(fake.detach())).mean();
+}
+inline at::Tensor discriminator_loss(TinyGan& gan, const at::Tensor& real, const at::Tensor& fake) {
+  return discriminator_loss(gan->discriminator, real, fake);
 }
 
 /// The generator's loss: its fakes taken for real.
+inline at::Tensor generator_loss(torch::nn::Sequential& discriminator, const at::Tensor& fake) {
+  return torch::nn::functional::softplus(-discriminator->forward(fake)).mean();
+}
 inline at::Tensor generator_loss(TinyGan& gan, const at::Tensor& fake) {
-  return torch::nn::functional::softplus(-gan->discriminator->forward(fake)).mean();
+  return generator_loss(gan->discriminator, fake);
 }
 
 /// A TinyGan, an Adam per half, and a trainer of the two phases: "discriminator" (every batch;
@@ -72,6 +92,38 @@ struct GanRun {
             OptimizerPhase("generator", generator_adam, [gan_](Trainer& trainer, Batch&) mutable {
               return generator_loss(gan_, trainer.state().tensors.get("fake"));
             }).every_n_batches(generator_every)};
+  }
+};
+
+/// GanRun's phases on a SeparateGan, each phase bringing its model, in a trainer built from the
+/// phases alone.
+struct SeparateGanRun {
+  SeparateGan gan;
+  torch::optim::Adam discriminator_adam{gan.discriminator->parameters(),
+                                        torch::optim::AdamOptions(1e-2)};
+  torch::optim::Adam generator_adam{gan.generator->parameters(), torch::optim::AdamOptions(2e-2)};
+  Trainer trainer;
+
+  explicit SeparateGanRun(TrainerOptions options = {}, std::int64_t generator_every = 1)
+      : trainer(phases(generator_every), options.use_registered_subscriptions(false)) {}
+
+  std::vector<OptimizerPhase> phases(std::int64_t generator_every) {
+    auto generator = gan.generator;
+    auto discriminator = gan.discriminator;
+    return {OptimizerPhase("discriminator", discriminator_adam,
+                           [generator, discriminator](Trainer& trainer, Batch& batch) mutable {
+                             auto fake = generator->forward(batch.target);
+                             trainer.state().tensors.set("fake", fake);
+                             return discriminator_loss(discriminator, batch.data, fake);
+                           })
+                .model(discriminator),
+            OptimizerPhase("generator", generator_adam,
+                           [discriminator](Trainer& trainer, Batch&) mutable {
+                             return generator_loss(discriminator,
+                                                   trainer.state().tensors.get("fake"));
+                           })
+                .model(generator)
+                .every_n_batches(generator_every)};
   }
 };
 

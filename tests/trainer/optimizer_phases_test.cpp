@@ -38,6 +38,13 @@ void check_against_hand_written_loop(int batches, int epochs, int k, int generat
   BOOST_TEST(!same_parameters(*run.gan, *TinyGan()));  // training changed the weights
 }
 
+/// The names of `module`'s parameters, in order.
+std::vector<std::string> parameter_names(torch::nn::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& parameter : module.named_parameters()) names.push_back(parameter.key());
+  return names;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optimizer_phases)
@@ -239,6 +246,157 @@ BOOST_AUTO_TEST_CASE(bad_phases_are_refused_with_what_was_expected) {
                            {"trains with each phase's step function"});
   check_error<ConfigError>([&] { trainer.evaluate(gan_batches(1)); },
                            {"no forward and loss of its own", "set_eval_step"});
+  check_error<ConfigError>(
+      [&] {
+        trainer.forward(torch::zeros({1, 3}));
+      },
+      {"a trainer of optimizer phases has no forward of its own"});
+  check_error<ConfigError>([&] { trainer.compute_loss(torch::zeros({1}), torch::zeros({1})); },
+                           {"a trainer of optimizer phases has no loss function of its own"});
+}
+
+BOOST_AUTO_TEST_CASE(phases_with_models_of_their_own_equal_a_wrapper_and_the_hand_loop_bitwise) {
+  // A GAN given as two modules (no wrapper) trains as the same GAN in one wrapper module, and as
+  // the hand-written loop: 7 batches, windows of 3, 3 and 1, the generator every 2nd batch.
+  const auto data = gan_batches(7);
+  const auto options = TrainerOptions().max_epochs(2).accumulate_grad_batches(3);
+  SeparateGanRun separate(options, /*generator_every=*/2);
+  separate.trainer.fit(data);
+  GanRun wrapped(options, 2);
+  wrapped.trainer.fit(data);
+  TinyGan hand;
+  torch::optim::Adam hand_discriminator(hand->discriminator->parameters(),
+                                        torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam hand_generator(hand->generator->parameters(), torch::optim::AdamOptions(2e-2));
+  hand_written_gan_loop(hand, hand_discriminator, hand_generator, data, 2, 3, 2);
+
+  for (auto* gan : {&*wrapped.gan, &*hand}) {
+    BOOST_TEST(same_parameters(*separate.gan.generator, *gan->generator));
+    BOOST_TEST(same_parameters(*separate.gan.discriminator, *gan->discriminator));
+  }
+  for (auto* adam : {&wrapped.discriminator_adam, &hand_discriminator}) {
+    BOOST_TEST(same_adam_state(separate.discriminator_adam, *adam));
+  }
+  for (auto* adam : {&wrapped.generator_adam, &hand_generator}) {
+    BOOST_TEST(same_adam_state(separate.generator_adam, *adam));
+  }
+  BOOST_TEST(!same_parameters(*separate.gan.generator, *SeparateGan().generator));
+  // The trainer trains one module holding each phase's model under the phase's name.
+  BOOST_TEST(joined(parameter_names(separate.trainer.module())) ==
+             "discriminator.0.weight discriminator.0.bias discriminator.2.weight "
+             "discriminator.2.bias generator.weight generator.bias");
+  BOOST_TEST(separate.trainer.state().model == &separate.trainer.module());
+}
+
+BOOST_AUTO_TEST_CASE(a_phase_model_beside_the_trainers_model_is_kept_under_the_phase_name) {
+  SeparateGan gan;
+  torch::optim::Adam d(gan.discriminator->parameters(), torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam g(gan.generator->parameters(), torch::optim::AdamOptions(2e-2));
+  auto generator = gan.generator;
+  auto discriminator = gan.discriminator;
+  Trainer trainer(gan.discriminator.ptr(),
+                  {OptimizerPhase("discriminator", d,
+                                  [=](Trainer& trainer, Batch& batch) mutable {
+                                    auto fake = generator->forward(batch.target);
+                                    trainer.state().tensors.set("fake", fake);
+                                    return discriminator_loss(discriminator, batch.data, fake);
+                                  }),
+                   OptimizerPhase("generator", g,
+                                  [=](Trainer& trainer, Batch&) mutable {
+                                    return generator_loss(discriminator,
+                                                          trainer.state().tensors.get("fake"));
+                                  })
+                       .model(gan.generator)},
+                  TrainerOptions().use_registered_subscriptions(false).max_epochs(1));
+  BOOST_TEST(joined(parameter_names(trainer.module())) ==
+             "model.0.weight model.0.bias model.2.weight model.2.bias generator.weight "
+             "generator.bias");
+  trainer.fit(gan_batches(2));
+  BOOST_TEST(!same_parameters(*gan.generator, *SeparateGan().generator));
+  // Its train()/eval() reach both models.
+  trainer.module().eval();
+  BOOST_TEST(!gan.generator->is_training());
+  BOOST_TEST(!gan.discriminator->is_training());
+}
+
+BOOST_AUTO_TEST_CASE(phases_with_models_resume_from_a_mid_run_checkpoint_exactly) {
+  TempDir directory("optimizer_phase_models");
+  const auto data = gan_batches(5);
+  const auto options = TrainerOptions().max_epochs(3).accumulate_grad_batches(2);
+  SeparateGanRun uninterrupted(options, /*generator_every=*/3);
+  uninterrupted.trainer.fit(data);
+
+  const auto path = directory.path / "step4.ckpt";
+  {
+    SeparateGanRun interrupted(options, 3);
+    interrupted.trainer.on(Event::StepEnd, [&](State& state) {
+      if (state.step != 4) return;
+      interrupted.trainer.save_checkpoint(path);
+      state.request_stop("killed", StopKind::Interrupted);
+    });
+    interrupted.trainer.fit(data);
+    BOOST_TEST(!same_parameters(*interrupted.gan.generator, *uninterrupted.gan.generator));
+  }
+  SeparateGanRun resumed(options, 3);
+  resumed.trainer.resume_from(path);
+  resumed.trainer.fit(data);
+  BOOST_TEST(resumed.trainer.state().step == uninterrupted.trainer.state().step);
+  BOOST_TEST(same_parameters(*resumed.gan.generator, *uninterrupted.gan.generator));
+  BOOST_TEST(same_parameters(*resumed.gan.discriminator, *uninterrupted.gan.discriminator));
+  BOOST_TEST(same_adam_state(resumed.discriminator_adam, uninterrupted.discriminator_adam));
+  BOOST_TEST(same_adam_state(resumed.generator_adam, uninterrupted.generator_adam));
+}
+
+BOOST_AUTO_TEST_CASE(unusable_phase_models_are_refused_with_what_was_expected) {
+  SeparateGan gan;
+  torch::optim::Adam d(gan.discriminator->parameters(), torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam g(gan.generator->parameters(), torch::optim::AdamOptions(1e-2));
+  const OptimizerPhase::StepFunction step = [](Trainer&, Batch& batch) { return batch.data.sum(); };
+  const auto options = TrainerOptions().use_registered_subscriptions(false);
+  const auto alone = [&](std::vector<OptimizerPhase> phases) { Trainer trainer(phases, options); };
+  const auto beside = [&](std::vector<OptimizerPhase> phases) {
+    Trainer trainer(gan.discriminator.ptr(), phases, options);
+  };
+  const auto d_phase = OptimizerPhase("d", d, step).model(gan.discriminator);
+  check_error<ConfigError>(
+      [&] { alone({OptimizerPhase("d", d, step).model(std::shared_ptr<torch::nn::Module>())}); },
+      {"optimizer phase 'd' was given a null model"});
+  check_error<ConfigError>(
+      [&] {
+        alone({d_phase, OptimizerPhase("g", g, step).model(torch::nn::Linear(nullptr))});
+      },
+      {"optimizer phase 'g' was given a null model"});
+  check_error<ConfigError>(
+      [&] {
+        alone({d_phase, OptimizerPhase("g", g, step).model(gan.discriminator)});
+      },
+      {"optimizer phases 'd' and 'g' were given the same model"});
+  check_error<ConfigError>([&] { beside({d_phase}); },
+                           {"optimizer phase 'd' was given the trainer's model as its own"});
+  check_error<ConfigError>(
+      [&] {
+        alone({d_phase, OptimizerPhase("g.1", g, step).model(gan.generator)});
+      },
+      {"optimizer phase 'g.1' has a model", "cannot contain '.'"});
+  check_error<ConfigError>([&] { beside({OptimizerPhase("model", g, step).model(gan.generator)}); },
+                           {"optimizer phase 'model' has a model", "rename the phase"});
+  check_error<ConfigError>(
+      [&] {
+        alone({d_phase, OptimizerPhase("g", g, step)});
+      },
+      {"optimizer phase 'g' has no model", "OptimizerPhase::model"});
+  // An optimizer trains the phase's model and the trainer's model only.
+  check_error<ConfigError>(
+      [&] {
+        alone({d_phase, OptimizerPhase("g", d, step).model(gan.generator)});
+      },
+      {"optimizer phase 'g' trains a tensor of shape [8, 4] that is not a parameter of the "
+       "phase's model"});
+  torch::nn::Linear other(4, 4);
+  check_error<ConfigError>(
+      [&] { beside({OptimizerPhase("g", g, step).model(other)}); },
+      {"optimizer phase 'g' trains a tensor of shape [4, 3] that is not a parameter of the "
+       "phase's model or the trainer's model"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

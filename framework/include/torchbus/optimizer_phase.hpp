@@ -7,9 +7,11 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torchbus/batch_source.hpp>
+#include <torchbus/module_of.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -38,8 +40,24 @@ struct OptimizerPhase {
   /// The optimizer of the phase; its parameters are the phase's.
   torch::optim::Optimizer* optimizer() const noexcept { return optimizer_; }
 
+  /// Gives the phase a model of its own (a ModuleHolder such as `torch::nn::Sequential`, or a
+  /// shared_ptr to a module): the trainer trains, checkpoints and moves it under the phase's name
+  /// (docs/trainer.md, "A model per phase").
+  template <typename Model>
+  OptimizerPhase& model(const Model& model) {
+    model_ = detail::module_of(model);
+    has_model_ = true;
+    return *this;
+  }
+  /// The phase's own model, or null when it has none.
+  const std::shared_ptr<torch::nn::Module>& model() const noexcept { return model_; }
+  /// Whether `model(...)` was called (with a null model too: the trainer refuses that).
+  bool has_model() const noexcept { return has_model_; }
+
  private:
   torch::optim::Optimizer* optimizer_;
+  std::shared_ptr<torch::nn::Module> model_;
+  bool has_model_ = false;
 
  public:
   /// The phase's name, in State::optimizer_phase_name and its loss metric (`train_loss/<name>`).

@@ -8,6 +8,7 @@
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/checkpoint_snapshot.hpp>
+#include <torchbus/module_of.hpp>
 #include <torchbus/optimizer_phase.hpp>
 #include <torchbus/trainer_options.hpp>
 
@@ -23,24 +24,6 @@ namespace torchbus {
 
 class LossScaler;
 class ProcessGroup;
-
-namespace detail {
-template <typename Model, typename = void>
-struct IsModuleHolder : std::false_type {};
-template <typename Model>
-struct IsModuleHolder<Model, std::void_t<decltype(std::declval<Model&>().ptr())>> : std::true_type {
-};
-
-/// The module behind a ModuleHolder (`torch::nn::Linear`, TORCH_MODULE types) or a shared_ptr.
-template <typename Model>
-std::shared_ptr<torch::nn::Module> module_of(const Model& model) {
-  if constexpr (IsModuleHolder<Model>::value) {
-    return model.ptr();
-  } else {
-    return model;
-  }
-}
-}  // namespace detail
 
 /// Runs `fit` and `evaluate` on a LibTorch model and optimizer, publishing every event of
 /// docs/events.md on its bus. Subclass it to override the train, eval or optimizer step; or pass
@@ -67,13 +50,16 @@ class Trainer {
   /// Trains `module`, whose forward pass is `forward`.
   Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
           torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options = {});
-  /// Trains `module` (every parameter of the phases' optimizers must be one of its: checkpoints
-  /// hold its tensors) with several optimizers: per batch, each of `phases` in order computes
-  /// its loss with its step function and updates its optimizer's parameters (docs/trainer.md,
-  /// "Several optimizers"). Without a forward and loss of its own, such a trainer evaluates with
-  /// the step set by `set_eval_step` (or an `eval_step` override).
+  /// Trains `module` (every parameter of a phase's optimizer must be one of its, or of the
+  /// phase's own model: checkpoints hold their tensors) with several optimizers: per batch, each
+  /// of `phases` in order computes its loss with its step function and updates its optimizer's
+  /// parameters (docs/trainer.md, "Several optimizers"). Without a forward and loss of its own,
+  /// such a trainer evaluates with the step set by `set_eval_step` (or an `eval_step` override).
   Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<OptimizerPhase> phases,
           TrainerOptions options = {});
+  /// Trains with several optimizers, each of `phases` bringing its model (OptimizerPhase::model;
+  /// docs/trainer.md, "A model per phase"), e.g. a GAN's generator and discriminator.
+  explicit Trainer(std::vector<OptimizerPhase> phases, TrainerOptions options = {});
   virtual ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -85,7 +71,8 @@ class Trainer {
   State& state() noexcept { return state_; }
   /// The options the trainer was built with.
   const TrainerOptions& options() const noexcept { return options_; }
-  /// The model being trained.
+  /// The model being trained: the one it was built with; when optimizer phases have models of
+  /// their own, one module holding it as "model" and each phase's model under the phase's name.
   torch::nn::Module& module() noexcept { return *module_; }
   /// The optimizer (with several: the first phase's).
   torch::optim::Optimizer& optimizer() noexcept { return optimizer_; }
@@ -179,12 +166,10 @@ class Trainer {
   /// Then calls every callback's `on_load_checkpoint`.
   void load_checkpoint(const std::filesystem::path& path);
 
-  /// Runs the model's forward pass.
-  at::Tensor forward(const at::Tensor& input) { return forward_(input); }
-  /// Applies the loss function.
-  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
-    return loss_(output, target);
-  }
+  /// Runs the model's forward pass (a trainer of optimizer phases has none: ConfigError).
+  at::Tensor forward(const at::Tensor& input);
+  /// Applies the loss function (a trainer of optimizer phases has none: ConfigError).
+  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target);
 
  protected:
   /// One training batch: returns its scalar loss. The default runs the custom train step if one
@@ -203,6 +188,7 @@ class Trainer {
   /// overridable steps as they call them.
   struct Parts;
 
+  void assemble();  // validates the options, builds the parts, adds registered subscriptions
   at::Tensor forward_and_loss(Batch& batch);
   void prepare_run();  // the current action's options, device, model and state's references
   void prepare_to_add(Callback* callback);  // checks it and calls its on_added

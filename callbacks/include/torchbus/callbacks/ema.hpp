@@ -37,6 +37,10 @@ struct EMAOptions {
   /// Average floating-point buffers (batch-norm statistics) too; other buffers (counters) are
   /// copied. Off: buffers are left to the model.
   TORCH_ARG(bool, average_buffers) = true;
+  /// With several optimizers (docs/trainer.md, "Several optimizers"): the optimizer phase whose
+  /// weights it averages, by name: that phase's model (parameters and buffers) when it has one,
+  /// otherwise the parameters its optimizer trains. Empty: the trainer's whole model.
+  TORCH_ARG(std::string, phase) = "";
 
  public:
   /// Throws ConfigError naming the first option out of range.
@@ -60,12 +64,15 @@ class EMA : public Callback {
   /// Updates of the average so far.
   std::int64_t updates() const noexcept { return updates_; }
   /// The averaged tensors: the model's parameters, then its averaged or copied buffers, in
-  /// `named_parameters()` / `named_buffers()` order (empty before the first step).
+  /// `named_parameters()` / `named_buffers()` order (with a `phase`: its model's, or its
+  /// optimizer's parameters in their order; empty before the first step).
   const std::vector<at::Tensor>& average() const noexcept { return average_; }
-  /// Copies the averaged weights into `model` (the trained model or a copy of it with the same
+  /// Copies the averaged weights into `model` (the averaged model, or a copy of it with the same
   /// structure); throws ConfigError when its tensors do not match.
   void copy_to(torch::nn::Module& model) const;
 
+  /// Checks that the trainer has the optimizer phase the options name.
+  void on_action_start(State& state) override;
   /// Takes the weights as the first average unless a checkpoint brought one.
   void on_step_start(State& state) override;
   /// Updates the average after every n-th applied optimizer step.
@@ -88,10 +95,11 @@ class EMA : public Callback {
   void load_state(torch::serialize::InputArchive& archive) override;
 
  private:
+  std::string owner() const;  // "EMA '<name>'", for errors
   void start_tracking(const State& state);
-  void track(torch::nn::Module& model);
   void restore_raw_weights();
   void apply_at_end(const State& state);
+  void copy_average_to(const std::vector<at::Tensor>& weights, const char* what) const;
 
   EMAOptions options_;
   std::vector<at::Tensor> tracked_;  // the model's tensors, in average_'s order

@@ -48,6 +48,15 @@ struct SWAOptions {
   /// Data for recomputing the batch-norm statistics of the averaged weights when fit() ends (as
   /// `torch.optim.swa_utils.update_bn`); needed only when the model has batch-norm layers.
   TORCH_ARG(std::shared_ptr<BatchSource>, batch_norm_data) = nullptr;
+  /// The forward pass run on `batch_norm_data` (none: the trainer's). A trainer of optimizer
+  /// phases has no forward of its own: give the averaged phase's, e.g. the generator's.
+  TORCH_ARG(std::function<at::Tensor(const at::Tensor&)>, batch_norm_forward) = nullptr;
+  /// With several optimizers (docs/trainer.md, "Several optimizers"): the optimizer phase whose
+  /// weights it averages, by name: that phase's model's parameters when it has one, otherwise
+  /// the parameters its optimizer trains; `swa_lr` then sets that phase's learning rates, and
+  /// the batch-norm statistics recomputed are the phase model's. Empty: the trainer's whole model
+  /// (and `swa_lr` on the first phase's optimizer).
+  TORCH_ARG(std::string, phase) = "";
 
  public:
   /// Throws ConfigError naming the first option out of range.
@@ -88,7 +97,7 @@ class SWA : public Callback {
   /// Subscribes the end-of-fit swap after every checkpoint, so that the last checkpoint holds
   /// the raw weights a resume continues from.
   void on_added(Trainer& trainer) override;
-  /// Resolves the start epoch (max_epochs is known now).
+  /// Resolves the start epoch (max_epochs is known now) and checks the phase it names.
   void on_action_start(State& state) override;
   /// In averaging epochs with `swa_lr`: sets the annealed learning rate.
   void on_step_start(State& state) override;
@@ -106,8 +115,10 @@ class SWA : public Callback {
   void load_state(torch::serialize::InputArchive& archive) override;
 
  private:
-  void add_to_average(torch::nn::Module& model);
+  std::string owner() const;  // "SWA '<name>'", for errors
+  void add_to_average(const State& state);
   void finish(const State& state);
+  void update_batch_norm_at_end(const State& state);
 
   SWAOptions options_;
   std::int64_t start_epoch_ = -1;
