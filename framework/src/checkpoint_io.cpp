@@ -406,10 +406,11 @@ CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::pa
                  "a checkpoint can only be taken at a step boundary (StepEnd, EpochEnd, between "
                  "runs), not between StepStart and the end of the optimizer step");
   const auto checkpoint = checkpoint_of(path, parts.fit.progress());
-  // A callback disabled by its error policy no longer sees events; one that fails here (a logger
-  // flushing to a full disk) is disabled by its policy like a failure during an event.
+  // One that fails here (a logger flushing to a full disk) is disabled by its error policy like a
+  // failure during an event. A disabled one is still told (a logger then flushes what it wrote
+  // before it failed), as its state still goes into the checkpoint.
   for (const auto& callback : parts.bus.callbacks()) {
-    if (!callback->runs_on(parts.state.rank) || parts.bus.is_disabled(*callback)) continue;
+    if (!callback->runs_on(parts.state.rank)) continue;
     parts.bus.run_callback_hook(*callback, "on_save_checkpoint",
                                 [&] { callback->on_save_checkpoint(checkpoint); });
   }
