@@ -16,7 +16,7 @@ class Module;
 }
 
 namespace torchbus {
-class State;
+struct State;
 }
 
 namespace torchbus::detail {

@@ -7,7 +7,7 @@
 
 namespace torchbus {
 struct OptimizerPhase;
-class State;
+struct State;
 }  // namespace torchbus
 
 namespace torchbus::detail {
