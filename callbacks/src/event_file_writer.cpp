@@ -149,16 +149,6 @@ void store_le(char* out, std::uint64_t value, int bytes) {
 /// inter-processor interrupt when it sleeps on another core).
 constexpr std::chrono::milliseconds kWriteInterval{100};
 
-/// An entry of the queue: one event, or a burst of scalars (an event per step).
-struct QueuedEvent {
-  enum class Kind : std::uint8_t { FileVersion, Summary, Scalars, SessionStart };
-  Kind kind = Kind::Summary;
-  double wall_time = 0.0;
-  std::int64_t step = 0;
-  std::vector<SummaryValue> values;  // Summary
-  std::vector<ScalarPoint> points;   // Scalars
-};
-
 /// Sets `value` (a reused Summary.Value) to `summary_value`.
 void encode_value(const SummaryValue& summary_value, tensorboard::Summary::Value& value) {
   value.set_tag(summary_value.tag);
@@ -186,6 +176,17 @@ void encode_value(const SummaryValue& summary_value, tensorboard::Summary::Value
 }  // namespace
 
 // ---- the writer ---------------------------------------------------------------------------------
+
+/// An entry of the queue: one event, or a burst of scalars (an event per step). Outside the
+/// anonymous namespace: a member of Impl, which has external linkage, may not use its types.
+struct QueuedEvent {
+  enum class Kind : std::uint8_t { FileVersion, Summary, Scalars, SessionStart };
+  Kind kind = Kind::Summary;
+  double wall_time = 0.0;
+  std::int64_t step = 0;
+  std::vector<SummaryValue> values;  // Summary
+  std::vector<ScalarPoint> points;   // Scalars
+};
 
 struct EventFileWriter::Impl {
   std::string path;

@@ -3,6 +3,7 @@
 // the run directory is created. Every run is under a time limit, so a hang fails instead of
 // stalling the suite.
 
+#include "idx_file.hpp"
 #include "run_train.hpp"
 #include "summary_json.hpp"
 
@@ -27,13 +28,15 @@ using torchbus::testing::scratch;
 using torchbus::testing::scratch_path;
 using torchbus::testing::TrainResult;
 
+using torchbus::testing::write_big_endian;
+
 namespace {
 
 /// Seconds a run may take before it is killed: each of these ends in a few.
 constexpr int kTimeLimitSeconds = 20;
 
 /// Runs torchbus-train with `arguments`, killed after kTimeLimitSeconds.
-TrainResult run_train(const std::string& arguments) {
+TrainResult run_briefly(const std::string& arguments) {
   return torchbus::testing::run_train(arguments, "", kTimeLimitSeconds);
 }
 
@@ -45,18 +48,13 @@ int lines(const std::string& text) {
 /// few short lines, without creating `out`.
 void expect_data_error(const std::string& arguments, const fs::path& out,
                        const std::vector<std::string>& parts) {
-  const auto result = run_train(arguments + " --no-progress --out " + out.string());
+  const auto result = run_briefly(arguments + " --no-progress --out " + out.string());
   BOOST_TEST(result.status == 1, arguments << ": " << result.output);
   for (const auto& part : parts) BOOST_TEST(has(result.output, part), arguments);
   BOOST_TEST(!has(result.output, "--help"), result.output);
   BOOST_TEST(lines(result.output) <= 3, result.output);
   BOOST_TEST(result.output.size() < 800u, result.output.size());
   BOOST_TEST(!fs::exists(out), arguments << ": " << out << " was created");
-}
-
-void write_big_endian(std::ofstream& out, std::uint32_t value) {
-  const char bytes[4] = {char(value >> 24), char(value >> 16), char(value >> 8), char(value)};
-  out.write(bytes, 4);
 }
 
 /// Writes an IDX file of unsigned bytes: magic 0x800 + dimensions, the sizes, then `data`.
@@ -69,8 +67,8 @@ void write_idx(const fs::path& path, const std::vector<std::uint32_t>& sizes,
 }
 
 /// An MNIST directory of `train` and `test` images of `side`x`side` pixels (labels i % 10).
-fs::path make_mnist(const std::string& name, std::uint32_t train, std::uint32_t test,
-                    std::uint32_t side) {
+fs::path make_idx_mnist(const std::string& name, std::uint32_t train, std::uint32_t test,
+                        std::uint32_t side) {
   const auto dir = scratch("bad_input_test", name);
   const auto pair = [&](const std::string& prefix, std::uint32_t count) {
     std::string labels;
@@ -84,7 +82,7 @@ fs::path make_mnist(const std::string& name, std::uint32_t train, std::uint32_t 
   return dir;
 }
 
-fs::path make_csv(const std::string& name, const std::string& content) {
+fs::path make_csv_file(const std::string& name, const std::string& content) {
   const auto path = scratch("bad_input_test", name) / "data.csv";
   std::ofstream(path, std::ios::binary) << content;
   return path;
@@ -112,7 +110,7 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
       {"--time-limit 1e10", "--time-limit", ">= 0 and <= 1e+09"},
   };
   for (const auto& c : cases) {
-    const auto result = run_train(c.arguments + " --out " + out.string());
+    const auto result = run_briefly(c.arguments + " --out " + out.string());
     BOOST_TEST(result.status == 2, c.arguments << ": " << result.output);
     BOOST_TEST(has(result.output, c.flag), c.arguments);
     BOOST_TEST(has(result.output, c.range), c.arguments);
@@ -127,7 +125,7 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
 BOOST_AUTO_TEST_CASE(the_largest_learning_rate_trains) {
   const auto out = scratch_path("bad_input_test", "lr_bound");
   const auto result =
-      run_train("--lr 1e37 --optimizer adam --max-steps 3 --no-progress --out " + out.string());
+      run_briefly("--lr 1e37 --optimizer adam --max-steps 3 --no-progress --out " + out.string());
   BOOST_TEST(result.status == 0, result.output);
   BOOST_TEST(!has(result.output, "overflow"), result.output);
   BOOST_TEST(has(json_string(read_text(out / "summary.json"), "stop_reason"), "TerminateOnNaN"));
@@ -138,7 +136,7 @@ BOOST_AUTO_TEST_CASE(the_largest_learning_rate_trains) {
 // epoch, floor(1.0 * 2^63), overflowed to a negative one: its learning rate from the start.
 BOOST_AUTO_TEST_CASE(huge_epoch_counts_and_batch_sizes_train_at_once) {
   const auto out = scratch_path("bad_input_test", "huge_epochs");
-  const auto result = run_train(
+  const auto result = run_briefly(
       "--epochs 9223372036854775807 --max-steps 5 --batch-size 9223372036854775807 "
       "--accumulate-schedule 0:1,3:2 --swa-start 1 --swa-lr 0.5 --log-every 1 --no-progress "
       "--out " +
@@ -158,13 +156,13 @@ BOOST_AUTO_TEST_CASE(huge_epoch_counts_and_batch_sizes_train_at_once) {
 
 BOOST_AUTO_TEST_CASE(images_too_small_for_the_cnn_are_refused_naming_the_file) {
   const auto out = scratch_path("bad_input_test", "tiny_out");
-  const auto tiny = make_mnist("tiny", 20, 10, 3);
+  const auto tiny = make_idx_mnist("tiny", 20, 10, 3);
   expect_data_error(
       "--data mnist:" + tiny.string(), out,
       {(tiny / "train-images-idx3-ubyte").string(), "3x3 pixels", "at least 4x4", "--model mlp"});
   // An MLP takes them.
-  const auto mlp =
-      run_train("--data mnist:" + tiny.string() + " --model mlp --epochs 1 --out " + out.string());
+  const auto mlp = run_briefly("--data mnist:" + tiny.string() + " --model mlp --epochs 1 --out " +
+                               out.string());
   BOOST_TEST(mlp.status == 0, mlp.output);
 }
 
@@ -173,7 +171,7 @@ BOOST_AUTO_TEST_CASE(an_idx_header_announcing_more_than_the_file_holds_is_refuse
   const auto out = scratch_path("bad_input_test", "idx_out");
   for (const std::vector<std::uint32_t>& sizes :
        {std::vector<std::uint32_t>{0x7fffffff, 28, 28}, {0xffffffff, 0xffffffff, 0xffffffff}}) {
-    const auto dir = make_mnist("idx_header", 20, 10, 28);
+    const auto dir = make_idx_mnist("idx_header", 20, 10, 28);
     const auto images = dir / "train-images-idx3-ubyte";
     write_idx(images, sizes, std::string(1000, char(1)));
     expect_data_error("--data mnist:" + dir.string(), out,
@@ -183,13 +181,13 @@ BOOST_AUTO_TEST_CASE(an_idx_header_announcing_more_than_the_file_holds_is_refuse
 
 BOOST_AUTO_TEST_CASE(empty_or_degenerate_idx_files_are_refused_naming_the_file) {
   const auto out = scratch_path("bad_input_test", "empty_out");
-  const auto no_train = make_mnist("no_train", 0, 10, 28);
+  const auto no_train = make_idx_mnist("no_train", 0, 10, 28);
   expect_data_error("--data mnist:" + no_train.string(), out,
                     {(no_train / "train-images-idx3-ubyte").string(), "holds no images"});
-  const auto no_test = make_mnist("no_test", 20, 0, 28);
+  const auto no_test = make_idx_mnist("no_test", 20, 0, 28);
   expect_data_error("--data mnist:" + no_test.string(), out,
                     {(no_test / "t10k-images-idx3-ubyte").string(), "holds no images"});
-  const auto no_pixels = make_mnist("no_pixels", 20, 10, 0);
+  const auto no_pixels = make_idx_mnist("no_pixels", 20, 10, 0);
   expect_data_error("--data mnist:" + no_pixels.string(), out,
                     {(no_pixels / "train-images-idx3-ubyte").string(), "0x0 pixels"});
 }
@@ -203,7 +201,7 @@ BOOST_AUTO_TEST_CASE(data_that_is_not_a_regular_file_is_refused_naming_it) {
   BOOST_TEST_REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   expect_data_error("--data csv:/dev/zero", out, {"'/dev/zero' is a character device"});
   expect_data_error("--data csv:" + fifo.string(), out, {fifo.string() + "' is a FIFO"});
-  const auto mnist = make_mnist("fifo_mnist", 20, 10, 28);
+  const auto mnist = make_idx_mnist("fifo_mnist", 20, 10, 28);
   const auto images = mnist / "t10k-images-idx3-ubyte";
   fs::remove(images);
   BOOST_TEST_REQUIRE(mkfifo(images.c_str(), 0600) == 0);
@@ -217,10 +215,10 @@ BOOST_AUTO_TEST_CASE(a_binary_file_given_as_csv_is_quoted_briefly) {
     const char byte = char(i * 7919 % 256);
     if (byte != '\n' && byte != ',') bytes += byte;
   }
-  const auto header = make_csv("binary", bytes + "\n1\n");
+  const auto header = make_csv_file("binary", bytes + "\n1\n");
   expect_data_error("--data csv:" + header.string(), out,
                     {header.string(), "has no column 'label'; its columns are: ", "..."});
-  const auto cell = make_csv("binary_cell", "x,label\n" + bytes + ",0\n");
+  const auto cell = make_csv_file("binary_cell", "x,label\n" + bytes + ",0\n");
   expect_data_error("--data csv:" + cell.string(), out,
                     {cell.string(), "row 2 column 'x': '", "...' is not a number"});
 }
@@ -231,7 +229,7 @@ BOOST_AUTO_TEST_CASE(non_finite_csv_features_are_refused_naming_the_row_and_colu
   const auto out = scratch_path("bad_input_test", "finite_out");
   for (const auto* cell : {"nan", "-inf", "1e39"}) {
     const auto csv =
-        make_csv("finite", std::string("x,y,label\n1,2,0\n3,") + cell + ",1\n5,6,0\n7,8,1\n");
+        make_csv_file("finite", std::string("x,y,label\n1,2,0\n3,") + cell + ",1\n5,6,0\n7,8,1\n");
     expect_data_error("--data csv:" + csv.string(), out,
                       {csv.string(), std::string("row 3 column 'y': '") + cell + "'",
                        "not a finite float32 number"});

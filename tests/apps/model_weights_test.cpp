@@ -5,6 +5,7 @@
 #include "summary_json.hpp"
 
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/state_dict.hpp>
 
@@ -12,6 +13,7 @@
 #include <string>
 
 namespace fs = std::filesystem;
+using torchbus::testing::has;
 using torchbus::testing::json_number;
 using torchbus::testing::json_string;
 using torchbus::testing::read_text;
@@ -24,10 +26,6 @@ namespace {
 const std::string kShortRun =
     "--epochs 1 --limit-train-batches 5 --limit-val-batches 4 --no-progress "
     "--no-tensorboard --no-report --no-csv ";
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 }  // namespace
 

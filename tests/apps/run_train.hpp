@@ -3,14 +3,21 @@
 // Running torchbus-train as a user does, through sh, and collecting what it printed.
 
 #include <boost/test/unit_test.hpp>
+#include <support/scratch.hpp>
 
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 namespace torchbus::testing {
+
+/// The torchbus-train executable under test.
+inline const std::string kTrain = TORCHBUS_TRAIN_PATH;
 
 /// What a run of torchbus-train gave back.
 struct TrainResult {
@@ -37,6 +44,16 @@ inline TrainResult run_train(const std::string& arguments, const std::string& se
   const bool killed = time_limit_seconds > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 128 + 9;
   result.status = WIFEXITED(status) && !killed ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+/// Waits up to a minute until the file at `path` contains `text`; false if it never did.
+inline bool wait_until_written(const std::filesystem::path& path, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (read_text(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace torchbus::testing

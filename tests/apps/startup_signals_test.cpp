@@ -3,6 +3,8 @@
 // ranks that die at the rendezvous. Each ends within seconds, with 128+N (or 1 naming the dead
 // rank), and nothing written into OUT.
 
+#include "run_train.hpp"
+
 #include <boost/test/unit_test.hpp>
 #include <distributed/launch.hpp>
 #include <support/errors.hpp>
@@ -24,13 +26,13 @@
 namespace fs = std::filesystem;
 using torchbus::testing::contains;
 using torchbus::testing::has;
+using torchbus::testing::kTrain;
 using torchbus::testing::read_text;
 using torchbus::testing::TempDir;
+using torchbus::testing::wait_until_written;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-const std::string kTrain = TORCHBUS_TRAIN_PATH;
 
 /// How one torchbus-train process ended.
 struct Ending {
@@ -41,7 +43,7 @@ struct Ending {
 };
 
 /// Waits up to `limit` seconds for `pid` (started with its output in `log`), killing it then.
-Ending wait_for(pid_t pid, const fs::path& log, double limit, Clock::time_point since) {
+Ending wait_for_ending(pid_t pid, const fs::path& log, double limit, Clock::time_point since) {
   Ending ending;
   const auto deadline = Clock::now() + std::chrono::duration<double>(limit);
   int status = 0;
@@ -59,16 +61,6 @@ Ending wait_for(pid_t pid, const fs::path& log, double limit, Clock::time_point 
   if (WIFSIGNALED(status)) ending.killed_by = WTERMSIG(status);
   ending.output = read_text(log);
   return ending;
-}
-
-/// Waits up to a minute until the file at `path` contains `text`.
-bool wait_until_written(const fs::path& path, const std::string& text) {
-  const auto deadline = Clock::now() + std::chrono::minutes(1);
-  while (!contains(read_text(path), text)) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 /// Waits until `pid` runs torchbus-train (past the exec of spawn()'s fork), and returns when.
@@ -109,7 +101,7 @@ double wait_until_caught(pid_t pid, int signal) {
 }
 
 /// A short run into `out`.
-std::vector<std::string> train_command(const fs::path& out) {
+std::vector<std::string> short_run_command(const fs::path& out) {
   return {kTrain, "--max-steps", "5", "--threads", "1", "--no-progress", "--out", out.string()};
 }
 
@@ -145,7 +137,7 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_while_the_program_loads_exits_128_plus_n_with
   std::vector<Clock::time_point> started;
   for (std::size_t i = 0; i < shots.size(); ++i) {
     const auto tag = std::to_string(i);
-    pids.push_back(torchbus::testing::spawn(train_command(work.path / ("out" + tag)), {},
+    pids.push_back(torchbus::testing::spawn(short_run_command(work.path / ("out" + tag)), {},
                                             work.path / (tag + ".log")));
     started.push_back(wait_until_exec(pids.back()));
     std::this_thread::sleep_until(started.back() +
@@ -162,7 +154,7 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_while_the_program_loads_exits_128_plus_n_with
     const auto tag = std::to_string(i);
     BOOST_TEST_CONTEXT(train::signal_name(shots[i].signal)
                        << " " << shots[i].after_ms << " ms after exec") {
-      const auto ending = wait_for(pids[i], work.path / (tag + ".log"), 60, started[i]);
+      const auto ending = wait_for_ending(pids[i], work.path / (tag + ".log"), 60, started[i]);
       check_stopped_before_training(ending, shots[i].signal, work.path / ("out" + tag));
     }
   }
@@ -186,7 +178,7 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_at_the_rendezvous_exits_128_plus_n_within_sec
   for (std::size_t i = 0; i < lones.size(); ++i) {
     const auto tag = std::to_string(i);
     pids.push_back(torchbus::testing::spawn(
-        train_command(work.path / ("out" + tag)),
+        short_run_command(work.path / ("out" + tag)),
         torchbus::testing::torchrun_environment(lones[i].rank, 2, torchbus::testing::free_port()),
         work.path / (tag + ".log")));
   }
@@ -199,7 +191,7 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_at_the_rendezvous_exits_128_plus_n_within_sec
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // well inside the wait
       const auto sent = Clock::now();
       kill(pids[i], lones[i].signal);
-      const auto ending = wait_for(pids[i], log, 10, sent);
+      const auto ending = wait_for_ending(pids[i], log, 10, sent);
       BOOST_TEST_REQUIRE(waiting, read_text(log));
       check_stopped_before_training(ending, lones[i].signal, work.path / ("out" + tag));
       BOOST_TEST(ending.seconds < 3.0);
@@ -225,7 +217,7 @@ BOOST_AUTO_TEST_CASE(a_rank_killed_at_the_rendezvous_makes_the_other_exit_1_nami
     const auto port = torchbus::testing::free_port();
     for (int rank = 0; rank < 2; ++rank) {
       pair.pids.push_back(torchbus::testing::spawn(
-          train_command(pair.folder / "out"),
+          short_run_command(pair.folder / "out"),
           torchbus::testing::torchrun_environment(rank, 3, port), pair.log(rank)));
     }
     pairs.push_back(pair);
@@ -246,8 +238,8 @@ BOOST_AUTO_TEST_CASE(a_rank_killed_at_the_rendezvous_makes_the_other_exit_1_nami
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const int victim = 1 - static_cast<int>(i), survivor = static_cast<int>(i);
     BOOST_TEST_CONTEXT("rank " << victim << " killed") {
-      const auto ending = wait_for(pairs[i].pids[static_cast<std::size_t>(survivor)],
-                                   pairs[i].log(survivor), 30, killed[i]);
+      const auto ending = wait_for_ending(pairs[i].pids[static_cast<std::size_t>(survivor)],
+                                          pairs[i].log(survivor), 30, killed[i]);
       waitpid(pairs[i].pids[static_cast<std::size_t>(victim)], nullptr, 0);
       BOOST_TEST_INFO("survivor's output: " << ending.output);
       BOOST_TEST(ending.exit_code == 1);  // -1: still waiting after 30 s

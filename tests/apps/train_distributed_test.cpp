@@ -4,6 +4,8 @@
 
 #include "summary_json.hpp"
 
+#include "run_train.hpp"
+
 #include <boost/test/unit_test.hpp>
 #include <distributed/launch.hpp>
 #include <support/errors.hpp>
@@ -30,12 +32,12 @@ using torchbus::testing::contains;
 using torchbus::testing::has;
 using torchbus::testing::json_number;
 using torchbus::testing::json_string;
+using torchbus::testing::kTrain;
 using torchbus::testing::read_text;
 using torchbus::testing::TempDir;
+using torchbus::testing::wait_until_written;
 
 namespace {
-
-const std::string kTrain = TORCHBUS_TRAIN_PATH;
 
 /// How one launch (one process, or mpirun with its ranks) ended.
 struct Ended {
@@ -97,16 +99,6 @@ struct TorchrunPair {
     return wait_for(pids[static_cast<std::size_t>(rank)], log(rank), limit);
   }
 };
-
-/// Waits up to a minute until the file at `path` contains `text`.
-bool wait_until_written(const fs::path& path, const std::string& text) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-  while (read_text(path).find(text) == std::string::npos) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 /// The pid of the process mpirun `parent` started as rank `rank` (OMPI_COMM_WORLD_RANK in its
 /// environment), or -1.

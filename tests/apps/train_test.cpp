@@ -1,5 +1,6 @@
 // torchbus-train end to end: it is run as a user would run it, and its outputs are read back.
 
+#include "idx_file.hpp"
 #include "run_train.hpp"
 #include "summary_json.hpp"
 
@@ -34,6 +35,8 @@ using torchbus::testing::run_train;
 using torchbus::testing::scratch;
 using torchbus::testing::scratch_path;
 
+using torchbus::testing::write_big_endian;
+
 namespace {
 
 /// What signal_train returns when signal N killed the process (an exit code is returned as is).
@@ -60,11 +63,6 @@ int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
   waitpid(pid, &status, 0);
   if (WIFSIGNALED(status)) return kKilledBy + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-void write_big_endian(std::ofstream& out, std::uint32_t value) {
-  const char bytes[4] = {char(value >> 24), char(value >> 16), char(value >> 8), char(value)};
-  out.write(bytes, 4);
 }
 
 /// Writes an IDX image file (magic 2051) and label file (2049) with `count` 28x28 images whose

@@ -13,12 +13,12 @@ using namespace torchbus::testing;
 namespace {
 
 /// A trainer whose eval step takes each batch's data as the model's output.
-struct EvalRun {
+struct PredictionRun {
   torch::nn::Sequential model = make_model();
   torch::optim::SGD sgd{model->parameters(), torch::optim::SGDOptions(0.1)};
   Trainer trainer;
 
-  explicit EvalRun(TrainerOptions options = {})
+  explicit PredictionRun(TrainerOptions options = {})
       : trainer(model, sgd, cross_entropy, options.use_registered_subscriptions(false)) {
     trainer.set_eval_step([](Trainer& t, Batch& batch) {
       t.state().set_batch_output(batch.data);
@@ -48,7 +48,7 @@ std::vector<Batch> batches_of(std::vector<at::Tensor> outputs) {
 BOOST_AUTO_TEST_SUITE(all_predictions_same)
 
 BOOST_AUTO_TEST_CASE(one_class_everywhere_is_detected) {
-  EvalRun run;
+  PredictionRun run;
   auto callback = std::make_shared<AllPredictionsSame>();
   run.trainer.add(callback);
   auto same = batches_of({logits({1, 1, 1}), logits({1, 1})});
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(one_class_everywhere_is_detected) {
 }
 
 BOOST_AUTO_TEST_CASE(a_difference_in_a_later_batch_counts) {
-  EvalRun run;
+  PredictionRun run;
   auto callback = std::make_shared<AllPredictionsSame>();
   run.trainer.add(callback);
   auto data = batches_of({logits({0, 0}), logits({0, 0}), logits({0, 2})});
@@ -71,7 +71,7 @@ BOOST_AUTO_TEST_CASE(a_difference_in_a_later_batch_counts) {
 }
 
 BOOST_AUTO_TEST_CASE(values_without_a_class_dimension) {
-  EvalRun run;
+  PredictionRun run;
   auto callback = std::make_shared<AllPredictionsSame>();
   run.trainer.add(callback);
   auto constant = batches_of({torch::full({4, 1}, 0.5), torch::full({2, 1}, 0.5)});
@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(values_without_a_class_dimension) {
   BOOST_TEST(callback->detections() == 1);
 
   // argmax(false): raw values, so different logits with one argmax are not "the same".
-  EvalRun raw;
+  PredictionRun raw;
   auto values = std::make_shared<AllPredictionsSame>(AllPredictionsSameOptions().argmax(false));
   raw.trainer.add(values);
   auto data = batches_of({logits({1, 1, 1})});
@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(stop_option_ends_the_fit) {
 }
 
 BOOST_AUTO_TEST_CASE(missing_output_is_a_config_error) {
-  EvalRun run;
+  PredictionRun run;
   run.trainer.set_eval_step([](Trainer& t, Batch& batch) {
     t.state().tensors.set("scores", batch.data);
     return batch.data.sum();
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(missing_output_is_a_config_error) {
 }
 
 BOOST_AUTO_TEST_CASE(state_round_trips) {
-  EvalRun run;
+  PredictionRun run;
   auto callback = std::make_shared<AllPredictionsSame>();
   run.trainer.add(callback);
   auto same = batches_of({logits({1, 1, 1})});

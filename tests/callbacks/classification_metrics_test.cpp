@@ -12,7 +12,7 @@ using namespace torchbus::testing;
 
 namespace {
 
-bool close(double a, double b) {
+bool equal_within_1e12(double a, double b) {
   return std::abs(a - b) <= 1e-12;
 }
 
@@ -66,16 +66,16 @@ BOOST_AUTO_TEST_CASE(matches_a_hand_computation) {
   BOOST_TEST(metrics->num_classes() == 3);
 
   // precision: 2/3, 2/3, 2/2; recall: 2/3, 2/2, 2/3; F1: 2/3, 0.8, 0.8.
-  BOOST_TEST(close(run.metric("val_accuracy"), 6.0 / 8.0));
-  BOOST_TEST(close(run.metric("val_precision"), (2.0 / 3 + 2.0 / 3 + 1.0) / 3));
-  BOOST_TEST(close(run.metric("val_recall"), (2.0 / 3 + 1.0 + 2.0 / 3) / 3));
-  BOOST_TEST(close(run.metric("val_f1"), (2.0 / 3 + 0.8 + 0.8) / 3));
-  BOOST_TEST(close(run.metric("val_precision_class_0"), 2.0 / 3));
-  BOOST_TEST(close(run.metric("val_precision_class_2"), 1.0));
-  BOOST_TEST(close(run.metric("val_recall_class_1"), 1.0));
-  BOOST_TEST(close(run.metric("val_recall_class_2"), 2.0 / 3));
-  BOOST_TEST(close(run.metric("val_f1_class_0"), 2.0 / 3));
-  BOOST_TEST(close(run.metric("val_f1_class_1"), 0.8));
+  BOOST_TEST(equal_within_1e12(run.metric("val_accuracy"), 6.0 / 8.0));
+  BOOST_TEST(equal_within_1e12(run.metric("val_precision"), (2.0 / 3 + 2.0 / 3 + 1.0) / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_recall"), (2.0 / 3 + 1.0 + 2.0 / 3) / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_f1"), (2.0 / 3 + 0.8 + 0.8) / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_precision_class_0"), 2.0 / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_precision_class_2"), 1.0));
+  BOOST_TEST(equal_within_1e12(run.metric("val_recall_class_1"), 1.0));
+  BOOST_TEST(equal_within_1e12(run.metric("val_recall_class_2"), 2.0 / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_f1_class_0"), 2.0 / 3));
+  BOOST_TEST(equal_within_1e12(run.metric("val_f1_class_1"), 0.8));
 }
 
 BOOST_AUTO_TEST_CASE(absent_classes_count_as_zero_and_prefix) {
@@ -88,10 +88,10 @@ BOOST_AUTO_TEST_CASE(absent_classes_count_as_zero_and_prefix) {
   std::vector<Batch> batches;
   batches.emplace_back(logits_for({0, 1, 2, 2}, 4), labels({0, 1, 2, 2}));
   run.trainer.evaluate(batches);
-  BOOST_TEST(close(run.metric("test_accuracy"), 1.0));
-  BOOST_TEST(close(run.metric("test_precision"), 0.75));
-  BOOST_TEST(close(run.metric("test_recall"), 0.75));
-  BOOST_TEST(close(run.metric("test_f1"), 0.75));
+  BOOST_TEST(equal_within_1e12(run.metric("test_accuracy"), 1.0));
+  BOOST_TEST(equal_within_1e12(run.metric("test_precision"), 0.75));
+  BOOST_TEST(equal_within_1e12(run.metric("test_recall"), 0.75));
+  BOOST_TEST(equal_within_1e12(run.metric("test_f1"), 0.75));
   BOOST_TEST(!run.trainer.state().metrics.contains("test_f1_class_0"));
   BOOST_TEST(metrics->confusion_matrix().sizes() == (std::vector<std::int64_t>{4, 4}));
 }
@@ -139,7 +139,8 @@ BOOST_AUTO_TEST_CASE(each_evaluation_of_a_fit_starts_afresh) {
   BOOST_TEST(totals == (std::vector<std::int64_t>{15, 15, 15}), boost::test_tools::per_element());
   const auto& series = trainer.state().metrics.series("val_accuracy");
   BOOST_REQUIRE_EQUAL(series.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(close(series[i].value, accuracy_by_hand[i]));
+  for (std::size_t i = 0; i < 3; ++i)
+    BOOST_TEST(equal_within_1e12(series[i].value, accuracy_by_hand[i]));
 }
 
 BOOST_AUTO_TEST_CASE(bad_input) {

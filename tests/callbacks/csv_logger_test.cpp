@@ -72,15 +72,6 @@ Csv read_csv(const fs::path& path) {
   return csv;
 }
 
-/// The value of `metric` recorded at `step` (step rows) in `history`.
-double at_step(const MetricHistory& history, const std::string& metric, std::int64_t step) {
-  for (const auto& point : history.series(metric)) {
-    if (point.step == step) return point.value;
-  }
-  BOOST_FAIL("no point of " << metric << " at step " << step);
-  return 0;
-}
-
 /// The latest value of `metric` recorded in `epoch`.
 double in_epoch(const MetricHistory& history, const std::string& metric, std::int64_t epoch) {
   const MetricPoint* found = nullptr;

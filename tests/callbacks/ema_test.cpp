@@ -22,14 +22,6 @@ TrainerOptions two_epochs() {
   return TrainerOptions().max_epochs(2);
 }
 
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(ema)

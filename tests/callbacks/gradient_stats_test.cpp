@@ -22,7 +22,7 @@ double global_norm(torch::nn::Module& module) {
   return std::sqrt(sum);
 }
 
-bool close(double a, double b) {
+bool equal_within_1e5(double a, double b) {
   return std::abs(a - b) <= 1e-5 * std::max(1.0, std::abs(b));
 }
 
@@ -52,8 +52,8 @@ BOOST_AUTO_TEST_CASE(global_norm_as_tensor_and_metric) {
   const auto& series = trainer.state().metrics.series("grad_norm");
   BOOST_REQUIRE_EQUAL(series.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
-    BOOST_TEST(close(stored[i], by_hand[i]));
-    BOOST_TEST(close(series[i].value, by_hand[i]));
+    BOOST_TEST(equal_within_1e5(stored[i], by_hand[i]));
+    BOOST_TEST(equal_within_1e5(series[i].value, by_hand[i]));
     BOOST_TEST(series[i].step == static_cast<std::int64_t>(i + 1));  // as "train_loss"
   }
 }
@@ -88,8 +88,8 @@ BOOST_AUTO_TEST_CASE(per_parameter_norms_and_frequency) {
   BOOST_REQUIRE_EQUAL(series.size(), 2u);
   BOOST_TEST(series[0].step == 2);
   BOOST_TEST(series[1].step == 4);
-  BOOST_TEST(close(series[0].value, first_weight[0]));
-  BOOST_TEST(close(series[1].value, first_weight[1]));
+  BOOST_TEST(equal_within_1e5(series[0].value, first_weight[0]));
+  BOOST_TEST(equal_within_1e5(series[1].value, first_weight[1]));
 }
 
 BOOST_AUTO_TEST_CASE(infinity_norm_is_the_largest_element) {
@@ -113,7 +113,7 @@ BOOST_AUTO_TEST_CASE(infinity_norm_is_the_largest_element) {
   trainer.fit(data);
   const auto& series = trainer.state().metrics.series("grad_norm");
   BOOST_REQUIRE_EQUAL(series.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(close(series[i].value, largest[i]));
+  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(equal_within_1e5(series[i].value, largest[i]));
 }
 
 BOOST_AUTO_TEST_CASE(clipping_bounds_the_global_norm) {
@@ -142,8 +142,8 @@ BOOST_AUTO_TEST_CASE(clipping_bounds_the_global_norm) {
   int clipped_steps = 0;
   for (std::size_t i = 0; i < raw.size(); ++i) {
     BOOST_TEST(clipped[i].value <= clip * (1.0 + 1e-5));
-    BOOST_TEST(close(clipped[i].value, std::min(raw[i].value, clip)));
-    BOOST_TEST(close(clipped[i].value, applied[i]));
+    BOOST_TEST(equal_within_1e5(clipped[i].value, std::min(raw[i].value, clip)));
+    BOOST_TEST(equal_within_1e5(clipped[i].value, applied[i]));
     if (raw[i].value > clip) ++clipped_steps;
   }
   BOOST_TEST(clipped_steps > 0);  // the test clips for real

@@ -39,14 +39,6 @@ std::vector<at::Tensor> weights_of(torch::nn::Module& model) {
   return copies;
 }
 
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 /// Adam's state per parameter: step (as a tensor), exp_avg, exp_avg_sq; empty when it has none.
 std::vector<at::Tensor> adam_state(torch::optim::Adam& optimizer) {
   std::vector<at::Tensor> tensors;

@@ -14,20 +14,6 @@ using namespace torchbus::testing;
 
 namespace {
 
-/// The largest difference between `a` and `b`, in double precision.
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-/// Whether every tensor of `a` equals its counterpart in `b`, bit for bit.
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 /// Trains `trainer` with an EMA of the phase "generator" (decay 0.8); `generator` and
 /// `discriminator` are its halves. Checks the average against one computed by hand over the
 /// generator's weights after every step, and that only the generator ends with it.

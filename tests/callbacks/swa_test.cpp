@@ -24,18 +24,6 @@ TrainerOptions four_epochs() {
   return TrainerOptions().max_epochs(4);
 }
 
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(swa)

@@ -34,15 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The value of `metric` recorded at `step`.
-double at_step(const MetricHistory& history, const std::string& metric, std::int64_t step) {
-  for (const auto& point : history.series(metric)) {
-    if (point.step == step) return point.value;
-  }
-  BOOST_FAIL("no point of " << metric << " at step " << step);
-  return 0;
-}
-
 /// The steps of a series read from the file.
 template <typename Value>
 std::vector<std::int64_t> steps_of(const std::vector<std::pair<std::int64_t, Value>>& series) {

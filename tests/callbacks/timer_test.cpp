@@ -15,7 +15,7 @@ using namespace torchbus::testing;
 
 namespace {
 
-bool close(double a, double b) {
+bool equal_within_1e9(double a, double b) {
   return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
 }
 
@@ -64,14 +64,14 @@ BOOST_AUTO_TEST_CASE(step_times_moving_average_and_throughput) {
   BOOST_REQUIRE_EQUAL(step_time.size(), 3u);
   BOOST_REQUIRE_EQUAL(throughput.size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) {
-    BOOST_TEST(close(step_time[i], steps[i]));
-    BOOST_TEST(close(step_time_ema[i], ema[i]));
-    BOOST_TEST(close(throughput[i], 8.0 / ema[i]));
+    BOOST_TEST(equal_within_1e9(step_time[i], steps[i]));
+    BOOST_TEST(equal_within_1e9(step_time_ema[i], ema[i]));
+    BOOST_TEST(equal_within_1e9(throughput[i], 8.0 / ema[i]));
   }
-  BOOST_TEST(close(run.values("epoch_time").at(0), 2.1));
-  BOOST_TEST(close(timer->elapsed(), 2.1));
+  BOOST_TEST(equal_within_1e9(run.values("epoch_time").at(0), 2.1));
+  BOOST_TEST(equal_within_1e9(timer->elapsed(), 2.1));
   BOOST_TEST(timer->steps_timed() == 3);
-  BOOST_TEST(close(timer->samples_per_second(), 8.0 / ema[2]));
+  BOOST_TEST(equal_within_1e9(timer->samples_per_second(), 8.0 / ema[2]));
 }
 
 BOOST_AUTO_TEST_CASE(step_freq_and_prefix) {
@@ -135,20 +135,20 @@ BOOST_AUTO_TEST_CASE(elapsed_time_survives_save_and_load) {
   first.trainer.add(before);
   auto data = make_batches(3, 4);
   first.trainer.fit(data);
-  BOOST_TEST(close(before->elapsed(), 1.5));
+  BOOST_TEST(equal_within_1e9(before->elapsed(), 1.5));
 
   // The resumed run has 1.5 s behind it: with a limit of 2 s it stops after one more step.
   ClockedRun second(TrainerOptions(), [](std::int64_t) { return 0.5; });
   auto after = std::make_shared<Timer>(TimerOptions().time_limit(2.0).clock(second.clock()));
   round_trip(*before, *after);
-  BOOST_TEST(close(after->elapsed(), 1.5));
-  BOOST_TEST(close(after->step_time_ema(), before->step_time_ema()));
+  BOOST_TEST(equal_within_1e9(after->elapsed(), 1.5));
+  BOOST_TEST(equal_within_1e9(after->step_time_ema(), before->step_time_ema()));
   BOOST_TEST(after->steps_timed() == 3);
   second.trainer.add(after);
   second.trainer.fit(data);
   BOOST_TEST(second.trainer.state().step == 1);
   BOOST_TEST(second.trainer.state().stop_requested());
-  BOOST_TEST(close(after->elapsed(), 2.0));
+  BOOST_TEST(equal_within_1e9(after->elapsed(), 2.0));
 }
 
 BOOST_AUTO_TEST_CASE(real_clock_step_and_epoch_times_include_the_time_slept) {

@@ -26,11 +26,6 @@ fs::path good_checkpoint(const fs::path& folder) {
   return folder / "good.tbckpt";
 }
 
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -58,7 +53,7 @@ BOOST_AUTO_TEST_SUITE(bad_checkpoint)
 
 BOOST_AUTO_TEST_CASE(truncated_at_several_offsets) {
   const auto folder = scratch("bad_checkpoint", "truncated");
-  const auto bytes = bytes_of(good_checkpoint(folder));
+  const auto bytes = read_text(good_checkpoint(folder));
   for (const std::size_t length : {std::size_t{0}, std::size_t{7}, std::size_t{31}, std::size_t{40},
                                    bytes.size() / 2, bytes.size() - 1}) {
     const auto file = folder / ("cut-" + std::to_string(length) + ".tbckpt");
@@ -69,7 +64,7 @@ BOOST_AUTO_TEST_CASE(truncated_at_several_offsets) {
 
 BOOST_AUTO_TEST_CASE(flipped_bytes) {
   const auto folder = scratch("bad_checkpoint", "flipped");
-  auto bytes = bytes_of(good_checkpoint(folder));
+  auto bytes = read_text(good_checkpoint(folder));
   for (const std::size_t offset : {bytes.size() / 3, bytes.size() / 2, bytes.size() - 5}) {
     auto corrupt = bytes;
     corrupt[offset] = static_cast<char>(corrupt[offset] ^ 0x10);

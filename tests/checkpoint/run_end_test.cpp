@@ -31,11 +31,6 @@ ResumeRun& stopped_run(ResumeRun& run, StopKind kind, const fs::path& file) {
   return run;
 }
 
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(run_end)
@@ -102,7 +97,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_is_a_named_checkpoint_
     }
   });
   run.fit();
-  const auto original = bytes_of(folder / "step-4.tbckpt");
+  const auto original = read_text(folder / "step-4.tbckpt");
   const auto payload = read_checkpoint_payload(folder / "step-4.tbckpt");
   const auto damaged = folder / "damaged" / "step-4.tbckpt";
   fs::create_directories(damaged.parent_path());

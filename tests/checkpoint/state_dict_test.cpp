@@ -32,7 +32,7 @@ torch::nn::Sequential trained_network(uint64_t seed) {
   return net;
 }
 
-std::vector<at::Tensor> snapshot(const torch::nn::Module& module) {
+std::vector<at::Tensor> state_dict_copies(const torch::nn::Module& module) {
   std::vector<at::Tensor> copies;
   for (const auto& named : state_dict_of(module)) copies.push_back(named.second.detach().clone());
   return copies;
@@ -48,9 +48,9 @@ bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
 
 /// Loading `file` into `target` throws a CheckpointError naming the file and each of `parts`, and
 /// leaves `target` as it was.
-void expect_rejected(torch::nn::Module& target, const fs::path& file,
-                     const std::vector<std::string>& parts, bool strict = true) {
-  const auto before = snapshot(target);
+void expect_state_dict_rejected(torch::nn::Module& target, const fs::path& file,
+                                const std::vector<std::string>& parts, bool strict = true) {
+  const auto before = state_dict_copies(target);
   try {
     load_state_dict(target, file, strict);
     BOOST_FAIL("no error loading " << file);
@@ -59,7 +59,7 @@ void expect_rejected(torch::nn::Module& target, const fs::path& file,
     BOOST_TEST(message.find(file.string()) != std::string::npos, message);
     for (const auto& part : parts) BOOST_TEST(message.find(part) != std::string::npos, message);
   }
-  BOOST_TEST(same(snapshot(target), before), "the model changed although loading failed");
+  BOOST_TEST(same(state_dict_copies(target), before), "the model changed although loading failed");
 }
 
 }  // namespace
@@ -71,9 +71,9 @@ BOOST_AUTO_TEST_CASE(round_trip_is_bit_equal_for_parameters_and_buffers) {
   auto source = trained_network(1);
   save_state_dict(*source, dir.path / "weights.pt");
   auto target = trained_network(2);
-  BOOST_TEST(!same(snapshot(*target), snapshot(*source)));
+  BOOST_TEST(!same(state_dict_copies(*target), state_dict_copies(*source)));
   load_state_dict(*target, dir.path / "weights.pt");
-  BOOST_TEST(same(snapshot(*target), snapshot(*source)));
+  BOOST_TEST(same(state_dict_copies(*target), state_dict_copies(*source)));
   const auto read = read_state_dict(dir.path / "weights.pt");
   BOOST_TEST(read.size() == 9u);  // 6 parameters, 3 BatchNorm buffers
   BOOST_TEST(read.back().first == "1.num_batches_tracked");
@@ -89,12 +89,13 @@ BOOST_AUTO_TEST_CASE(one_message_lists_missing_unexpected_and_mismatched_and_loa
   // and must not be copied either.
   auto target = torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::Linear(3, 5),
                                       torch::nn::Linear(5, 1), torch::nn::Linear(1, 1));
-  expect_rejected(*target, dir.path / "weights.pt",
-                  {"missing keys: 3.weight, 3.bias",
-                   "unexpected keys: 1.running_mean, 1.running_var, 1.num_batches_tracked",
-                   "size mismatch for 1.weight: [3] in the file, [5, 3] in the model",
-                   "size mismatch for 2.weight: [2, 3] in the file, [1, 5] in the model",
-                   "nothing was loaded"});
+  expect_state_dict_rejected(
+      *target, dir.path / "weights.pt",
+      {"missing keys: 3.weight, 3.bias",
+       "unexpected keys: 1.running_mean, 1.running_var, 1.num_batches_tracked",
+       "size mismatch for 1.weight: [3] in the file, [5, 3] in the model",
+       "size mismatch for 2.weight: [2, 3] in the file, [1, 5] in the model",
+       "nothing was loaded"});
 }
 
 BOOST_AUTO_TEST_CASE(not_strict_skips_missing_and_unexpected_but_not_shapes) {
@@ -102,14 +103,16 @@ BOOST_AUTO_TEST_CASE(not_strict_skips_missing_and_unexpected_but_not_shapes) {
   auto source = trained_network(1);
   save_state_dict(*source, dir.path / "weights.pt");
   auto smaller = torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
-  expect_rejected(*smaller, dir.path / "weights.pt", {"unexpected keys: 2.weight, 2.bias"});
+  expect_state_dict_rejected(*smaller, dir.path / "weights.pt",
+                             {"unexpected keys: 2.weight, 2.bias"});
   load_state_dict(*smaller, dir.path / "weights.pt", /*strict=*/false);
   BOOST_TEST(torch::equal(smaller[0]->named_parameters()["weight"],
                           source[0]->named_parameters()["weight"]));
   BOOST_TEST(torch::equal(smaller[1]->named_buffers()["running_var"],
                           source[1]->named_buffers()["running_var"]));
   auto wider = network(5);
-  expect_rejected(*wider, dir.path / "weights.pt", {"size mismatch for 2.weight"}, false);
+  expect_state_dict_rejected(*wider, dir.path / "weights.pt", {"size mismatch for 2.weight"},
+                             false);
 }
 
 BOOST_AUTO_TEST_CASE(another_dtype_is_refused) {
@@ -118,26 +121,27 @@ BOOST_AUTO_TEST_CASE(another_dtype_is_refused) {
   source->to(torch::kDouble);
   save_state_dict(*source, dir.path / "double.pt");
   auto target = network();
-  expect_rejected(*target, dir.path / "double.pt",
-                  {"dtype mismatch for 0.weight: Double in the file, Float in the model"});
+  expect_state_dict_rejected(
+      *target, dir.path / "double.pt",
+      {"dtype mismatch for 0.weight: Double in the file, Float in the model"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_files_are_named_with_what_is_wrong) {
   TempDir dir("state_dict");
   auto target = network();
-  expect_rejected(*target, dir.path / "absent.pt", {"no such file"});
+  expect_state_dict_rejected(*target, dir.path / "absent.pt", {"no such file"});
 
   save_state_dict(*trained_network(1), dir.path / "whole.pt");
   std::ifstream in(dir.path / "whole.pt", std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   std::ofstream(dir.path / "truncated.pt", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  expect_rejected(*target, dir.path / "truncated.pt", {"truncated or corrupt"});
+  expect_state_dict_rejected(*target, dir.path / "truncated.pt", {"truncated or corrupt"});
 
   std::ofstream(dir.path / "text.pt") << "not weights\n";
-  expect_rejected(*target, dir.path / "text.pt", {"not a zip archive"});
+  expect_state_dict_rejected(*target, dir.path / "text.pt", {"not a zip archive"});
 
   torch::save(trained_network(1), (dir.path / "module.pt").string());  // a TorchScript archive
-  expect_rejected(*target, dir.path / "module.pt", {"TorchScript archive"});
+  expect_state_dict_rejected(*target, dir.path / "module.pt", {"TorchScript archive"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

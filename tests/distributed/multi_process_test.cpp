@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
+#include <support/fixtures.hpp>
 #include <support/scratch.hpp>
 
 #include <cstdlib>
@@ -34,14 +35,6 @@ bool all_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (!torch::allclose(a[i], b[i], /*rtol=*/0, /*atol=*/tol)) return false;
-  }
-  return true;
-}
-
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
   }
   return true;
 }

@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 #include <boost/test/unit_test.hpp>
+#include <support/errors.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/error.hpp>
@@ -44,10 +45,6 @@ class FileSizeLimit {
   rlimit previous_{};
   void (*previous_handler_)(int) = nullptr;
 };
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 }  // namespace
 

@@ -30,7 +30,7 @@ class EpochAndBatchHook : public EpochHook {
   void on_batch_end(State&) override { seen.emplace_back("BatchEnd"); }
 };
 
-class Unnamed : public Callback {
+class UnnamedCallback : public Callback {
  public:
   void on_action_start(State&) override {}
 };
@@ -239,7 +239,7 @@ BOOST_AUTO_TEST_CASE(rank_filter_runs_only_on_the_chosen_rank) {
 BOOST_AUTO_TEST_CASE(names_are_unique_and_default_to_the_type) {
   EventPublisher publisher;
   EventBus& bus = publisher.bus();
-  BOOST_TEST(Unnamed().name().find("Unnamed") != std::string::npos);
+  BOOST_TEST(UnnamedCallback().name().find("UnnamedCallback") != std::string::npos);
   bus.add(std::make_shared<StepCounter>());
   BOOST_TEST(bus.find_callback("step_counter") != nullptr);
   try {

@@ -5,6 +5,7 @@
 // throws").
 
 #include <boost/test/unit_test.hpp>
+#include <support/all_roles.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <array>
@@ -16,10 +17,6 @@
 using namespace torchbus;
 
 namespace {
-
-constexpr std::array<Role, 8> kRoles{Role::WeightAveraging, Role::Metrics, Role::Unassigned,
-                                     Role::Scheduler,       Role::Monitor, Role::Logger,
-                                     Role::Checkpoint,      Role::Report};
 
 /// Emits `event` `times` times on fresh states.
 void emit(EventPublisher& publisher, Event event, int times) {
@@ -75,7 +72,7 @@ BOOST_AUTO_TEST_CASE(a_logger_that_throws_is_disabled_and_the_others_go_on) {
 
 BOOST_AUTO_TEST_CASE(the_defaults_by_role) {
   // Loggers and reports are disabled; every other role, and no role, propagates.
-  for (const auto role : kRoles) {
+  for (const auto role : torchbus::testing::kAllRoles) {
     EventPublisher publisher;
     publisher.bus().on(
         Event::StepEnd, [](State&) { throw std::runtime_error("boom"); },

@@ -3,6 +3,7 @@
 // count the calls a phase skips; dispatch allocates nothing (docs/events.md, "Phases").
 
 #include <boost/test/unit_test.hpp>
+#include <support/all_roles.hpp>
 #include <support/allocation_count.hpp>
 #include <torchbus/torchbus.hpp>
 
@@ -30,10 +31,6 @@ State in_fast_dev_run() {
   return state;
 }
 
-constexpr std::array<Role, 8> kRoles{Role::WeightAveraging, Role::Metrics, Role::Unassigned,
-                                     Role::Scheduler,       Role::Monitor, Role::Logger,
-                                     Role::Checkpoint,      Role::Report};
-
 /// "<label>:<where>" for each call of `event` by one emission in each phase.
 std::vector<std::string> calls_in_each_phase(EventPublisher& publisher, Event event,
                                              std::vector<std::string>& log) {
@@ -49,9 +46,10 @@ std::vector<std::string> calls_in_each_phase(EventPublisher& publisher, Event ev
 }
 
 /// A class callback on EvalEnd and ActionEnd, logging its name.
-class Named : public Callback {
+class EvalEndRecorder : public Callback {
  public:
-  Named(std::string name, std::vector<std::string>& log) : Callback(std::move(name)), log_(log) {}
+  EvalEndRecorder(std::string name, std::vector<std::string>& log)
+      : Callback(std::move(name)), log_(log) {}
   void on_eval_end(State&) override { log_.push_back(name()); }
   void on_action_end(State&) override { log_.push_back(name()); }
   void on_exception(State&) override { log_.push_back(name()); }
@@ -89,7 +87,7 @@ BOOST_AUTO_TEST_CASE(the_defaults_by_role) {
       "Monitor:fast_dev"};
   EventPublisher publisher;
   std::vector<std::string> log;
-  for (const auto role : kRoles) {
+  for (const auto role : torchbus::testing::kAllRoles) {
     publisher.bus().on(
         Event::EvalEnd, [&log, role](State&) { log.emplace_back(to_string(role)); },
         torchbus::with_role(role));
@@ -98,7 +96,7 @@ BOOST_AUTO_TEST_CASE(the_defaults_by_role) {
              boost::test_tools::per_element());
 
   // The same defaults for class callbacks, read back from their placement.
-  for (const auto role : kRoles) {
+  for (const auto role : torchbus::testing::kAllRoles) {
     Callback callback;
     callback.set_role(role);
     const bool sits_out_sanity = role == Role::Scheduler || role == Role::Monitor ||
@@ -128,11 +126,11 @@ BOOST_AUTO_TEST_CASE(a_declaration_overrides_the_roles_default_and_the_last_one_
 
   EventPublisher publisher;
   std::vector<std::string> log;
-  auto logger = std::make_shared<Named>("logger", log);
+  auto logger = std::make_shared<EvalEndRecorder>("logger", log);
   logger->set_role(Role::Logger);
-  auto shows_fast_dev = std::make_shared<Named>("shows_fast_dev", log);
+  auto shows_fast_dev = std::make_shared<EvalEndRecorder>("shows_fast_dev", log);
   shows_fast_dev->set_role(Role::Logger).run_during(Phase::FastDevRun);
-  auto metrics_skipping_sanity = std::make_shared<Named>("metrics_skipping_sanity", log);
+  auto metrics_skipping_sanity = std::make_shared<EvalEndRecorder>("metrics_skipping_sanity", log);
   metrics_skipping_sanity->skip_during(Phase::SanityCheck).set_role(Role::Metrics);
   publisher.bus().add(logger);
   publisher.bus().add(shows_fast_dev);
@@ -149,7 +147,7 @@ BOOST_AUTO_TEST_CASE(action_end_closes_the_action_even_when_the_sanity_check_fai
   // sanity_checking still set: the first two belong to the sanity check, ActionEnd to the action.
   EventPublisher publisher;
   std::vector<std::string> log;
-  auto logger = std::make_shared<Named>("logger", log);
+  auto logger = std::make_shared<EvalEndRecorder>("logger", log);
   logger->set_role(Role::Logger);
   publisher.bus().add(logger);
   publisher.bus().on(
@@ -199,7 +197,7 @@ BOOST_AUTO_TEST_CASE(dispatch_in_and_out_of_phases_allocates_nothing) {
       torchbus::with_role(Role::Monitor));
   std::vector<std::string> log;
   log.reserve(16);
-  auto callback = std::make_shared<Named>("checkpoint", log);
+  auto callback = std::make_shared<EvalEndRecorder>("checkpoint", log);
   callback->set_role(Role::Checkpoint);
   bus.add(callback);
   auto training = in_training();

@@ -6,6 +6,7 @@
 #include <torchbus/torchbus.hpp>
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,28 @@ inline std::vector<at::Tensor> snapshot(torch::nn::Module& module) {
   std::vector<at::Tensor> copies;
   for (const auto& parameter : module.parameters()) copies.push_back(parameter.detach().clone());
   return copies;
+}
+
+/// Whether every tensor of `a` equals its counterpart in `b`, bit for bit.
+inline bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+/// The largest absolute difference between `a` and `b`, computed in double precision.
+inline double max_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+/// The value of `metric` that `history` recorded at `step`; std::out_of_range when it has none.
+inline double at_step(const MetricHistory& history, const std::string& metric, std::int64_t step) {
+  for (const auto& point : history.series(metric)) {
+    if (point.step == step) return point.value;
+  }
+  throw std::out_of_range("no point of " + metric + " at step " + std::to_string(step));
 }
 
 /// A model, an SGD optimizer (lr 0.1) and a Trainer on them, without registered subscriptions.

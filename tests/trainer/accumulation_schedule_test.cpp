@@ -36,8 +36,8 @@ struct MomentumRun {
 
 /// The same training written by hand in LibTorch: per epoch, windows of k consecutive batches
 /// (the last one shorter), each batch's loss divided by its window's size, one step per window.
-std::vector<at::Tensor> hand_trained(const std::vector<Batch>& batches,
-                                     const std::vector<std::int64_t>& k_per_epoch) {
+std::vector<at::Tensor> hand_trained_per_epoch(const std::vector<Batch>& batches,
+                                               const std::vector<std::int64_t>& k_per_epoch) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   const auto count = static_cast<std::int64_t>(batches.size());
@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(k_follows_the_schedule_and_the_weights_equal_a_hand_written
   BOOST_TEST(every_third_step == (std::vector<std::int64_t>{3, 6, 9, 12, 15, 18}),
              boost::test_tools::per_element());
 
-  const auto expected = hand_trained(train, {1, 2, 4});
+  const auto expected = hand_trained_per_epoch(train, {1, 2, 4});
   const auto actual = snapshot(*run.model);
   for (std::size_t i = 0; i < actual.size(); ++i) {
     BOOST_TEST(torch::allclose(actual[i], expected[i], /*rtol=*/0, /*atol=*/1e-6));

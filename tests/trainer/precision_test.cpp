@@ -23,16 +23,16 @@ using namespace torchbus::testing;
 namespace {
 
 /// What a step function saw: whether autocast was on and the model output's dtype.
-struct Seen {
+struct SeenByStep {
   bool autocast = false;
   at::ScalarType output = at::kFloat;
 };
 
 /// Trains 4 batches and validates on 2, with custom train and eval steps recording what they saw.
-std::pair<std::vector<Seen>, std::vector<Seen>> steps_seen(Precision precision) {
+std::pair<std::vector<SeenByStep>, std::vector<SeenByStep>> steps_seen(Precision precision) {
   Run run(TrainerOptions().precision(precision));
-  std::vector<Seen> train, eval;
-  const auto record = [](std::vector<Seen>& into) {
+  std::vector<SeenByStep> train, eval;
+  const auto record = [](std::vector<SeenByStep>& into) {
     return [&into](Trainer& trainer, Batch& batch) {
       const auto output = trainer.forward(batch.data);
       into.push_back({at::autocast::is_cpu_enabled(), output.scalar_type()});

@@ -29,8 +29,8 @@ class UnsizedSource final : public BatchSource {
 
 /// The weights after SGD (lr 0.1) from make_model()'s weights over `windows` of `batches` (each
 /// window a list of batch indices), every window's gradient the mean over its batches.
-std::vector<at::Tensor> hand_trained(const std::vector<Batch>& batches,
-                                     const std::vector<std::vector<int>>& windows) {
+std::vector<at::Tensor> hand_trained_in_windows(const std::vector<Batch>& batches,
+                                                const std::vector<std::vector<int>>& windows) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   for (const auto& window : windows) {
@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(a_count_limit_ends_each_epoch_with_a_short_window) {
   const std::vector<std::vector<int>> windows{{0, 1, 2}, {3, 4, 5}, {6}};
   std::vector<std::vector<int>> both = windows;
   both.insert(both.end(), windows.begin(), windows.end());
-  check_same_weights(*run.model, hand_trained(train, both));
+  check_same_weights(*run.model, hand_trained_in_windows(train, both));
 }
 
 BOOST_AUTO_TEST_CASE(a_count_above_the_data_trains_every_batch) {
@@ -93,7 +93,7 @@ BOOST_AUTO_TEST_CASE(a_fraction_of_a_sized_source_rounds_down) {
   run.trainer.fit(train);
   BOOST_TEST(run.trainer.state().global_batch == 4);
   BOOST_TEST(run.trainer.state().epoch == 2);
-  check_same_weights(*run.model, hand_trained(train, {{0}, {1}, {0}, {1}}));
+  check_same_weights(*run.model, hand_trained_in_windows(train, {{0}, {1}, {0}, {1}}));
 }
 
 BOOST_AUTO_TEST_CASE(a_fraction_of_one_needs_no_size) {
@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(fast_dev_run_runs_one_batch_of_each_and_overrides_the_sched
   BOOST_TEST(run.events() ==
              join({"ActionStart EpochStart", step(1), evaluation(1), "EpochEnd ActionEnd"}));
   BOOST_TEST(flags == (std::vector<int>{1, 1, 1}), boost::test_tools::per_element());
-  check_same_weights(*run.model, hand_trained(train, {{0}}));
+  check_same_weights(*run.model, hand_trained_in_windows(train, {{0}}));
   // The overrides held for that fit only.
   BOOST_TEST(run.trainer.options().max_epochs() == 5);
   BOOST_TEST(run.trainer.options().fast_dev_run() == 1);
@@ -192,7 +192,7 @@ BOOST_AUTO_TEST_CASE(fast_dev_run_of_n_batches_accumulates_as_asked) {
   run.trainer.fit(train, validation);
   BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(2), step(1), evaluation(3),
                                    "EpochEnd ActionEnd"}));
-  check_same_weights(*run.model, hand_trained(train, {{0, 1}, {2}}));
+  check_same_weights(*run.model, hand_trained_in_windows(train, {{0, 1}, {2}}));
 }
 
 BOOST_AUTO_TEST_CASE(fast_dev_run_does_not_resume) {

@@ -45,7 +45,7 @@ struct DefinedValues {
   }
 };
 
-using Seen = std::map<std::string, std::vector<std::string>>;
+using ValuesSeen = std::map<std::string, std::vector<std::string>>;
 
 }  // namespace
 
@@ -113,7 +113,7 @@ BOOST_AUTO_TEST_CASE(each_value_is_defined_at_its_events_and_holds_what_the_mode
   BOOST_TEST(checked_batches == 4);
   BOOST_TEST(checked_steps == 2);
   BOOST_TEST(checked_eval_batches == 2);
-  const Seen expected{
+  const ValuesSeen expected{
       {"ActionStart", {"-----"}},        {"EpochStart", {"-----"}},
       {"StepStart", {"-----"}},          {"BatchStart", {"-----"}},
       {"BeforeBackward", {"l--ot"}},     {"AfterBackward", {"lb-ot"}},
