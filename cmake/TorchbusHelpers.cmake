@@ -3,6 +3,18 @@ function(torchbus_set_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
 endfunction()
 
+# Every source file that includes torch/torch.h, even precompiled, spends ~8 s instantiating the
+# templates LibTorch's headers leave pending at the end of each file (a precompiled header keeps
+# parsed declarations, not those instantiations). The targets of many sources are therefore unity
+# builds: CMake compiles their sources in batches of 8 (one file including the others), so the
+# libraries and each test suite pay that cost a few times instead of once per source.
+# -DTORCHBUS_UNITY_BUILD=OFF compiles every source on its own (quicker to rebuild one file).
+function(torchbus_use_unity_build target)
+  if(TORCHBUS_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
+
 # A library of this repository: target torchbus_<name>, alias torchbus::<name>, installed and
 # exported under the same name.
 function(torchbus_add_library name)
@@ -17,6 +29,7 @@ function(torchbus_add_library name)
   target_link_libraries(torchbus_${name} PUBLIC ${ARG_PUBLIC_DEPS})
   target_compile_features(torchbus_${name} PUBLIC cxx_std_17)
   torchbus_set_warnings(torchbus_${name})
+  torchbus_use_unity_build(torchbus_${name})
   install(TARGETS torchbus_${name} EXPORT torchbusTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
