@@ -35,7 +35,9 @@ std::string keep_freed_memory() {
            "1 GiB free; GLIBC_TUNABLES or MALLOC_*_ in the environment choose otherwise)";
   }
 #endif
-  return "the C library's malloc with its defaults";
+  // mallopt refused: another malloc replaces glibc's (AddressSanitizer's, jemalloc, ...).
+  return "malloc refused glibc's settings (another allocator replaces it, e.g. a sanitizer's); "
+         "its defaults apply";
 }
 
 }  // namespace train
