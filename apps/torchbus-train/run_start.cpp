@@ -3,6 +3,7 @@
 #include "exit_status.hpp"
 #include "run_directory.hpp"
 
+#include <spdlog/fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 #include <torchbus/atomic_file.hpp>

@@ -1,4 +1,5 @@
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 #include <torchbus/callback.hpp>

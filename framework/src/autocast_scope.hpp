@@ -18,7 +18,7 @@ class AutocastScope {
 
  private:
   bool active_ = false;
-  bool cuda_ = false;
+  c10::DeviceType device_ = c10::DeviceType::CPU;  // CUDA, or CPU for every other device
   bool was_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
 };

@@ -6,6 +6,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
+#include "libtorch_compat.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -138,6 +139,7 @@ struct ProcessGroup::Backend {
     store_options.isServer = environment.rank == 0 && !environment.agent_store;
     store_options.waitWorkers = false;
     store_options.timeout = options.timeout();
+    detail::use_classic_store_loop(store_options);
     c10::intrusive_ptr<c10d::Store> tcp;
     try {
       tcp = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);

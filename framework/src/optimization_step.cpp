@@ -3,6 +3,7 @@
 #include <torchbus/tensor_names.hpp>
 
 #include "fit_loop.hpp"
+#include "libtorch_compat.hpp"
 #include "optimization_step.hpp"
 #include "step_output_access.hpp"
 
@@ -257,7 +258,7 @@ void OptimizationStep::clear_gradients() {
 
 void OptimizationStep::clear_gradients(torch::optim::Optimizer& optimizer) {
   if (!context_.options.set_grads_to_none()) {
-    optimizer.zero_grad();
+    detail::zero_gradients(optimizer);
     return;
   }
   for (auto& group : optimizer.param_groups()) {

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
+#include <support/optimizer_state.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/callbacks/lr_finder.hpp>
 
@@ -43,10 +44,9 @@ std::vector<at::Tensor> weights_of(torch::nn::Module& model) {
 std::vector<at::Tensor> adam_state(torch::optim::Adam& optimizer) {
   std::vector<at::Tensor> tensors;
   for (const auto& parameter : optimizer.param_groups()[0].params()) {
-    const auto key = c10::guts::to_string(parameter.unsafeGetTensorImpl());
-    const auto found = optimizer.state().find(key);
-    if (found == optimizer.state().end()) continue;
-    const auto& state = static_cast<const torch::optim::AdamParamState&>(*found->second);
+    const auto* found = torchbus::testing::optimizer_state_of(optimizer, parameter);
+    if (found == nullptr) continue;
+    const auto& state = static_cast<const torch::optim::AdamParamState&>(*found);
     tensors.push_back(torch::tensor(state.step()));
     tensors.push_back(state.exp_avg().clone());
     tensors.push_back(state.exp_avg_sq().clone());

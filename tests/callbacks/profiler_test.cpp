@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_CASE(a_sleeping_subscriber_is_measured_per_call) {
   auto data = make_batches(4, 4);
   run.trainer.fit(data);
 
-  const auto& sleeper = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(id));
+  const auto sleeper = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(id));
   BOOST_TEST(sleeper.name == "subscriber #" + std::to_string(id) + " (priority 0)");
   BOOST_TEST(sleeper.event == "StepEnd");
   BOOST_TEST(sleeper.calls == 4);
@@ -134,8 +134,8 @@ BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluation
   BOOST_TEST(row(*profiler, "subscriber", "timer", "StepEnd").calls == 6);
   BOOST_TEST(row(*profiler, "subscriber", "timer", "BatchEnd").calls == 12);
   // The evaluation's subscriber time is a subscriber row, not part of the evaluation phase.
-  const auto& slow = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(eval_sleeper),
-                         "EvalBatchEnd");
+  const auto slow = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(eval_sleeper),
+                        "EvalBatchEnd");
   BOOST_TEST(slow.calls == 2 * evaluations);
   BOOST_TEST(slow.total_seconds >= 2 * evaluations * 0.001);
   BOOST_TEST(row(*profiler, "phase", "evaluation").total_seconds < slow.total_seconds);
@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(a_slow_train_step_makes_forward_dominate) {
   auto data = make_batches(4, 4);
   run.trainer.fit(data);
 
-  const auto& forward = row(*profiler, "phase", "forward");
+  const auto forward = row(*profiler, "phase", "forward");
   BOOST_TEST(forward.calls == 4);
   BOOST_TEST(forward.total_seconds >= 4 * 0.003);
   for (const auto& r : profiler->rows()) {
@@ -197,10 +197,10 @@ BOOST_AUTO_TEST_CASE(subscribers_count_their_own_time_and_nested_emissions_separ
   auto data = make_batches(3, 4);
   run.trainer.fit(data);
 
-  const auto& inner = row(*profiler, "subscriber", bus.subscriber_label(checker), "batch_checked");
+  const auto inner = row(*profiler, "subscriber", bus.subscriber_label(checker), "batch_checked");
   BOOST_TEST(inner.calls == 6);  // 3 from the train step, 3 from the StepEnd subscriber
   BOOST_TEST(inner.total_seconds >= 6 * 0.002);
-  const auto& emitter = row(*profiler, "subscriber", bus.subscriber_label(outer), "StepEnd");
+  const auto emitter = row(*profiler, "subscriber", bus.subscriber_label(outer), "StepEnd");
   BOOST_TEST(emitter.calls == 3);
   BOOST_TEST(emitter.total_seconds < 3 * 0.002);  // the nested calls are not its own time
   BOOST_TEST(row(*profiler, "phase", "forward").total_seconds < inner.total_seconds);

@@ -4,6 +4,7 @@
 // the rows of every batch it trains on: for exact-resume tests, in-process and across a kill.
 
 #include <torch/torch.h>
+#include <support/optimizer_state.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <string>
@@ -82,8 +83,8 @@ inline std::vector<at::Tensor> snapshot_parameters(torch::nn::Module& module) {
 inline std::vector<at::Tensor> adam_state(torch::optim::Adam& optimizer) {
   std::vector<at::Tensor> tensors;
   for (const auto& parameter : optimizer.param_groups()[0].params()) {
-    auto& state = static_cast<torch::optim::AdamParamState&>(
-        *optimizer.state().at(c10::guts::to_string(parameter.unsafeGetTensorImpl())));
+    const auto& state =
+        static_cast<const torch::optim::AdamParamState&>(*optimizer_state_of(optimizer, parameter));
     tensors.push_back(state.exp_avg());
     tensors.push_back(state.exp_avg_sq());
     tensors.push_back(torch::tensor(state.step()));

@@ -7,6 +7,8 @@
 #include <support/recorder.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include "libtorch_compat.hpp"  // zeroing gradients, whatever the LibTorch version
+
 #include <map>
 #include <set>
 
@@ -245,8 +247,9 @@ BOOST_AUTO_TEST_CASE(a_gradient_reducer_in_a_world_of_one_leaves_gradients_as_th
 
 // attach() makes every gradient its place in the bucket, with the parameter's strides: autograd
 // accumulates the window's backwards there, reduce() leaves the sums where they are (the mean of
-// one rank), and Optimizer::zero_grad (detach_ and zero_ in LibTorch 1.13) works on them. A
-// gradient replaced by hand is copied into its place, which becomes the gradient again.
+// one rank), and zeroing them as TrainerOptions::set_grads_to_none(false) does (1.13's
+// Optimizer::zero_grad: detach_ and zero_) works on them. A gradient replaced by hand is copied
+// into its place, which becomes the gradient again.
 BOOST_AUTO_TEST_CASE(attached_gradients_live_in_the_buckets) {
   auto group = ProcessGroup::connect(LaunchEnvironment{});
   torch::manual_seed(0);
@@ -285,7 +288,7 @@ BOOST_AUTO_TEST_CASE(attached_gradients_live_in_the_buckets) {
       BOOST_TEST(torch::equal(parameters[i].grad(), expected[i]));
     }
   }
-  optimizer.zero_grad();
+  torchbus::detail::zero_gradients(optimizer);
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     BOOST_TEST(parameters[i].grad().data_ptr() == places[i]);
     BOOST_TEST(torch::equal(parameters[i].grad(), torch::zeros_like(parameters[i])));

@@ -4,6 +4,7 @@
 // the hand-written LibTorch loop that does what the trainer's phases do.
 
 #include <torch/torch.h>
+#include <support/optimizer_state.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <memory>
@@ -188,14 +189,12 @@ inline bool same_adam_state(const torch::optim::Adam& a, const torch::optim::Ada
   for (std::size_t g = 0; g < pa.size(); ++g) {
     if (pa[g].params().size() != pb[g].params().size()) return false;
     for (std::size_t i = 0; i < pa[g].params().size(); ++i) {
-      const auto ka = c10::guts::to_string(pa[g].params()[i].unsafeGetTensorImpl());
-      const auto kb = c10::guts::to_string(pb[g].params()[i].unsafeGetTensorImpl());
-      const auto found_a = a.state().find(ka);
-      const auto found_b = b.state().find(kb);
-      if ((found_a == a.state().end()) != (found_b == b.state().end())) return false;
-      if (found_a == a.state().end()) continue;
-      const auto& sa = static_cast<const torch::optim::AdamParamState&>(*found_a->second);
-      const auto& sb = static_cast<const torch::optim::AdamParamState&>(*found_b->second);
+      const auto* found_a = optimizer_state_of(a, pa[g].params()[i]);
+      const auto* found_b = optimizer_state_of(b, pb[g].params()[i]);
+      if ((found_a == nullptr) != (found_b == nullptr)) return false;
+      if (found_a == nullptr) continue;
+      const auto& sa = static_cast<const torch::optim::AdamParamState&>(*found_a);
+      const auto& sb = static_cast<const torch::optim::AdamParamState&>(*found_b);
       if (sa.step() != sb.step() || !torch::equal(sa.exp_avg(), sb.exp_avg()) ||
           !torch::equal(sa.exp_avg_sq(), sb.exp_avg_sq())) {
         return false;

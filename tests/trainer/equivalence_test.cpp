@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(released_and_zeroed_gradients_train_the_same_weights) {
                         .use_registered_subscriptions(false));
     std::vector<std::string> between_steps;
     trainer.on(Event::StepEnd, [&](State& state) {
-      const auto& grad = state.model->parameters()[0].grad();
+      const auto grad = state.model->parameters()[0].grad();
       between_steps.push_back(!grad.defined()                               ? "undefined"
                               : torch::equal(grad, torch::zeros_like(grad)) ? "zero"
                                                                             : "other");

@@ -1,7 +1,6 @@
 // Precision: bfloat16 autocast around every step function, float16 refused on the CPU before
 // training, and the LossScaler's arithmetic (PyTorch GradScaler's rules).
 
-#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
@@ -9,6 +8,8 @@
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
 #include <torchbus/torchbus.hpp>
+
+#include "libtorch_compat.hpp"  // autocast's state, whatever the LibTorch version
 
 #include <algorithm>
 #include <fstream>
@@ -35,7 +36,8 @@ std::pair<std::vector<SeenByStep>, std::vector<SeenByStep>> steps_seen(Precision
   const auto record = [](std::vector<SeenByStep>& into) {
     return [&into](Trainer& trainer, Batch& batch) {
       const auto output = trainer.forward(batch.data);
-      into.push_back({at::autocast::is_cpu_enabled(), output.scalar_type()});
+      into.push_back(
+          {torchbus::detail::autocast_enabled(c10::DeviceType::CPU), output.scalar_type()});
       return cross_entropy(output, batch.target);
     };
   };
@@ -134,7 +136,7 @@ BOOST_AUTO_TEST_CASE(bf16_autocasts_custom_train_and_eval_steps_and_restores_the
     BOOST_TEST(seen.autocast);
     BOOST_TEST(seen.output == at::kBFloat16);
   }
-  BOOST_TEST(!at::autocast::is_cpu_enabled());  // off again after fit()
+  BOOST_TEST(!torchbus::detail::autocast_enabled(c10::DeviceType::CPU));  // off again after fit()
 }
 
 BOOST_AUTO_TEST_CASE(float32_never_autocasts) {
