@@ -1,8 +1,10 @@
 // The torchbus-train executable: installs the stop-signal handlers before anything else, then
 // loads the training program (torchbus-train.so: LibTorch, Gloo, all of torchbus) and runs it.
 // Loading LibTorch (the dynamic loader and LibTorch's static constructors) takes 0.1-0.6 s; a
-// stop signal then is a stop request like any other, and the program exits with 128+N before
-// writing anything, instead of being killed while still loading.
+// stop signal then is held back until it is loaded, then is a stop request like any other, and
+// the program exits with 128+N before writing anything, instead of being killed while still
+// loading. A library that installs a handler of its own for a stop signal while it loads (UCX's
+// for SIGHUP) is overruled.
 
 #include "exit_status.hpp"
 #include "stop_signals.hpp"
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   train::install_stop_signals();
   // Where the build and the installation put the program, relative to this executable.
   const auto program = executable_folder() + "/" TORCHBUS_TRAIN_PROGRAM;
-  void* loaded = dlopen(program.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* loaded = train::load_keeping_stop_signals(program.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (loaded == nullptr) {
     std::fprintf(stderr, "torchbus-train: cannot load the training program: %s\n", dlerror());
     return train::kExitFailed;

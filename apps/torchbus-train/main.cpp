@@ -960,6 +960,9 @@ int run(Flags flags) {
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
   log->info("memory: {}", allocator);
+  if (const auto reclaimed = train::reclaimed_stop_signals(); !reclaimed.empty()) {
+    log->info("stop signals: {} taken back from a library loaded with LibTorch", reclaimed);
+  }
   auto batches = rank_batches(flags, data, *group);
   trainer.add(std::make_shared<train::Accuracy>());
   add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());

@@ -1,5 +1,9 @@
 #include "stop_signals.hpp"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
 #include <csignal>
 
@@ -7,6 +11,7 @@ namespace train {
 namespace {
 
 std::atomic<int> first_signal{0};
+std::string reclaimed;  // by the last load_keeping_stop_signals
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free atomic");
 
 extern "C" void on_stop_signal(int signal) {
@@ -25,6 +30,36 @@ void install_stop_signals() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (const int signal : kStopSignals) sigaction(signal, &action, nullptr);
+}
+
+void* load_keeping_stop_signals(const char* path, int flags) {
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
+  for (const int signal : kStopSignals) sigaddset(&stop_signals, signal);
+  // Threads the libraries start while loading inherit the mask and never take a stop signal.
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  void* loaded = dlopen(path, flags);
+  std::string taken;
+  for (const int signal : kStopSignals) {
+    struct sigaction current {};
+    sigaction(signal, nullptr, &current);
+    if (current.sa_handler == on_stop_signal) continue;
+    // The handler's address names its library (sa_sigaction shares the union with sa_handler).
+    Dl_info owner{};
+    const bool known = dladdr(reinterpret_cast<void*>(current.sa_handler), &owner) != 0 &&
+                       owner.dli_fname != nullptr;
+    const std::string library = known ? owner.dli_fname : "an unknown library";
+    taken += (taken.empty() ? "" : ", ") + signal_name(signal) + " (from " +
+             library.substr(library.rfind('/') + 1) + ")";
+  }
+  if (!taken.empty()) install_stop_signals();
+  reclaimed = std::move(taken);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return loaded;
+}
+
+std::string reclaimed_stop_signals() {
+  return reclaimed;
 }
 
 int received_stop_signal() noexcept {
