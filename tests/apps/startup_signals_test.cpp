@@ -11,11 +11,14 @@
 #include <support/scratch.hpp>
 #include <torchbus-train/stop_signals.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <sstream>
@@ -105,6 +108,83 @@ std::vector<std::string> short_run_command(const fs::path& out) {
   return {kTrain, "--max-steps", "5", "--threads", "1", "--no-progress", "--out", out.string()};
 }
 
+/// A process whose standard output and error go into a pipe that this test filled before it
+/// started: the first thing it writes waits until drain_held() reads the pipe. torchbus-train
+/// writes its first line during its start-up (at the latest "training: ...", which comes before
+/// its last check for a stop signal), so it cannot leave its start-up until then, however fast
+/// the machine, and a signal sent before drain_held() lands in the start-up by construction.
+struct Held {
+  pid_t pid = -1;
+  int output = -1;         ///< the read end of the pipe
+  std::size_t filler = 0;  ///< the bytes this test wrote into it first
+};
+
+Held spawn_held(const std::vector<std::string>& command) {
+  int pipe_ends[2];
+  BOOST_REQUIRE(pipe2(pipe_ends, O_CLOEXEC) == 0);
+  Held held;
+  held.output = pipe_ends[0];
+  // Fill it without blocking: whole pages, then single bytes (none fit, as a rule).
+  BOOST_REQUIRE(fcntl(pipe_ends[1], F_SETFL, O_NONBLOCK) == 0);
+  const std::string page(4096, '#');
+  while (write(pipe_ends[1], page.data(), page.size()) == static_cast<ssize_t>(page.size())) {
+    held.filler += page.size();
+  }
+  while (write(pipe_ends[1], "#", 1) == 1) ++held.filler;
+  BOOST_REQUIRE(held.filler > 0);
+  BOOST_REQUIRE(fcntl(pipe_ends[1], F_SETFL, 0) == 0);  // the process's writes wait
+  held.pid = fork();
+  BOOST_REQUIRE(held.pid >= 0);
+  if (held.pid == 0) {
+    dup2(pipe_ends[1], STDOUT_FILENO);  // (dup2 clears O_CLOEXEC on the copies)
+    dup2(pipe_ends[1], STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const auto& part : command) argv.push_back(const_cast<char*>(part.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_ends[1]);
+  return held;
+}
+
+/// Reads the pipe of `held` to its end (what the process wrote, without the filler), then waits
+/// for the process; at most `limit` seconds in all, killing it then.
+Ending drain_held(const Held& held, double limit, Clock::time_point since) {
+  Ending ending;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limit);
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd readable{held.output, POLLIN, 0};
+    if (poll(&readable, 1, static_cast<int>(left.count())) <= 0) continue;
+    const auto got = read(held.output, buffer, sizeof buffer);
+    if (got > 0) {
+      text.append(buffer, static_cast<std::size_t>(got));
+    } else if (got == 0 || errno != EINTR) {
+      break;  // the end: every writer closed it
+    }
+  }
+  close(held.output);
+  ending.output = text.size() > held.filler ? text.substr(held.filler) : std::string();
+  int status = 0;
+  while (waitpid(held.pid, &status, WNOHANG) != held.pid) {
+    if (Clock::now() >= deadline) {
+      kill(held.pid, SIGKILL);
+      waitpid(held.pid, &status, 0);
+      return ending;  // exit_code -1: it outlived its limit
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ending.seconds = std::chrono::duration<double>(Clock::now() - since).count();
+  if (WIFEXITED(status)) ending.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) ending.killed_by = WTERMSIG(status);
+  return ending;
+}
+
 /// What a process stopped by `signal` before training shows: exit 128+N after the start-up line.
 void check_stopped_before_training(const Ending& ending, int signal, const fs::path& out) {
   BOOST_TEST_INFO("output: " << ending.output);
@@ -130,15 +210,18 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_while_the_program_loads_exits_128_plus_n_with
     int after_ms;  ///< after the process started running torchbus-train
   };
   // after_ms -1: as soon as its handler is installed. Each shot waits for the handler: on a
-  // loaded machine a process may not run at all in its first milliseconds.
+  // loaded machine a process may not run at all in its first milliseconds. Each process is held
+  // at its first line of output (spawn_held) until every shot is sent, so that a shot after its
+  // loading (which takes 0.1-0.6 s, depending on the machine) still finds it starting up.
   const std::vector<Shot> shots{{SIGTERM, -1},  {SIGINT, 5},   {SIGTERM, 20}, {SIGUSR1, 50},
                                 {SIGTERM, 100}, {SIGHUP, 150}, {SIGTERM, 300}};
+  std::vector<Held> held;
   std::vector<pid_t> pids;
   std::vector<Clock::time_point> started;
   for (std::size_t i = 0; i < shots.size(); ++i) {
     const auto tag = std::to_string(i);
-    pids.push_back(torchbus::testing::spawn(short_run_command(work.path / ("out" + tag)), {},
-                                            work.path / (tag + ".log")));
+    held.push_back(spawn_held(short_run_command(work.path / ("out" + tag))));
+    pids.push_back(held.back().pid);
     started.push_back(wait_until_exec(pids.back()));
     std::this_thread::sleep_until(started.back() +
                                   std::chrono::milliseconds(std::max(0, shots[i].after_ms)));
@@ -154,7 +237,7 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_while_the_program_loads_exits_128_plus_n_with
     const auto tag = std::to_string(i);
     BOOST_TEST_CONTEXT(train::signal_name(shots[i].signal)
                        << " " << shots[i].after_ms << " ms after exec") {
-      const auto ending = wait_for_ending(pids[i], work.path / (tag + ".log"), 60, started[i]);
+      const auto ending = drain_held(held[i], 60, started[i]);
       check_stopped_before_training(ending, shots[i].signal, work.path / ("out" + tag));
     }
   }

@@ -22,9 +22,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace fs = std::filesystem;
 using torchbus::testing::has;
@@ -44,6 +46,11 @@ constexpr int kKilledBy = 256;
 
 /// Starts torchbus-train with `arguments`, sends `signal` (then `second`, if not 0) once `log`
 /// contains `marker`, and returns the exit code, or kKilledBy + N when signal N killed it.
+/// No delay is assumed: the signal follows the line that the run wrote, and the run must have
+/// work left after it (hundreds of steps: a signal stops it at the next step boundary, so the
+/// steps it never trains cost nothing), for the signal to find it running on any machine. That
+/// it does is checked here: a marker never written, a run over before its signal, or one still
+/// running two minutes after it fail the test.
 int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
                  const std::string& marker, int signal = SIGINT, int second = 0) {
   const pid_t pid = fork();
@@ -56,11 +63,44 @@ int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
     execv(TORCHBUS_TRAIN_PATH, argv.data());
     _exit(127);
   }
-  for (int i = 0; i < 4000 && read_text(log).find(marker) == std::string::npos; ++i) usleep(5000);
-  kill(pid, signal);
-  if (second != 0) kill(pid, second);
+  using Clock = std::chrono::steady_clock;
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool ended = false, written = false;
+  std::ifstream in;
+  std::string text;  // the log so far, read as it grows
+  for (const auto deadline = Clock::now() + std::chrono::minutes(2);
+       !written && Clock::now() < deadline;) {
+    if (!in.is_open()) in.open(log, std::ios::binary);
+    if (in.is_open()) {
+      in.clear();  // past the end of what was written: read on from there
+      const auto searched = text.size() < marker.size() ? 0 : text.size() - marker.size();
+      text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      written = text.find(marker, searched) != std::string::npos;
+    }
+    if (!written) {
+      ended = waitpid(pid, &status, WNOHANG) == pid;
+      if (ended) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  BOOST_TEST(written, "the log never showed '" << marker << "'");
+  if (!ended) ended = waitpid(pid, &status, WNOHANG) == pid;
+  BOOST_TEST(!ended, "the run had ended before the signal sent after '"
+                         << marker << "': it needs more steps after that line");
+  if (!ended) {
+    kill(pid, signal);
+    if (second != 0) kill(pid, second);
+    const auto deadline = Clock::now() + std::chrono::minutes(2);
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+      if (Clock::now() > deadline) {
+        BOOST_TEST(false, "the run did not end within two minutes of its signal");
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   if (WIFSIGNALED(status)) return kKilledBy + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -205,24 +245,25 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_parameters) {
 }
 
 BOOST_AUTO_TEST_CASE(ctrl_c_saves_a_checkpoint_and_resume_ends_bitwise_equal) {
+  // 10 epochs of 128 steps: the SIGINT after step 160 finds more than 1100 steps to go.
   const auto reference = scratch("train_test", "uninterrupted");
-  const std::string common = " --epochs 3 --no-progress --log-every 20 --out ";
+  const std::string common = " --epochs 10 --no-progress --log-every 20 --out ";
   BOOST_TEST_REQUIRE(run_train(common + reference.string()).status == 0);
   const auto expected = json_string(read_text(reference / "summary.json"), "params_sha256");
 
   const auto out = scratch("train_test", "interrupted");
-  const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+  const std::vector<std::string> arguments{"--epochs", "10",    "--no-progress", "--log-every",
                                            "20",       "--out", out.string()};
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 160 ") == 130);
   const auto interrupted = read_text(out / "summary.json");  // says it did not finish
   BOOST_TEST(json_string(interrupted, "stop_reason") == "interrupted (SIGINT)");
-  BOOST_TEST(json_number(interrupted, "steps") < 384);
+  BOOST_TEST(json_number(interrupted, "steps") < 1280);
   BOOST_TEST(fs::exists(out / "checkpoints" / "last.tbckpt"));
   const auto resumed = run_train(common + out.string() + " --resume");
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   BOOST_TEST(has(read_text(out / "train.log"), "resumed from"));
   const auto summary = read_text(out / "summary.json");
-  BOOST_TEST(json_number(summary, "steps") == 384);
+  BOOST_TEST(json_number(summary, "steps") == 1280);
   BOOST_TEST(json_string(summary, "params_sha256") == expected);
   // The CSV continues the interrupted run's rows without duplicates.
   const auto csv = read_text(out / "metrics.csv");
@@ -306,11 +347,12 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_learns_as_float32_and_resumes_exactly) {
 
   if (bf16) {
     const auto reference = scratch("train_test", "bf16_uninterrupted");
-    const std::string common = " --epochs 3 --no-progress --log-every 20 --precision bf16-mixed ";
+    // 10 epochs of 128 steps: the SIGINT after step 160 finds more than 1100 steps to go.
+    const std::string common = " --epochs 10 --no-progress --log-every 20 --precision bf16-mixed ";
     BOOST_TEST_REQUIRE(run_train(common + "--out " + reference.string()).status == 0);
     const auto expected = json_string(read_text(reference / "summary.json"), "params_sha256");
     const auto out = scratch("train_test", "bf16_interrupted");
-    BOOST_TEST(signal_train({"--epochs", "3", "--no-progress", "--log-every", "20", "--precision",
+    BOOST_TEST(signal_train({"--epochs", "10", "--no-progress", "--log-every", "20", "--precision",
                              "bf16-mixed", "--out", out.string()},
                             out / "train.log", "step 160 ") == 130);
     const auto resumed = run_train(common + "--resume --out " + out.string());
@@ -444,7 +486,8 @@ BOOST_AUTO_TEST_CASE(sigterm_sighup_and_sigusr1_stop_gracefully_with_a_checkpoin
   for (const auto& [signal, name] : {std::pair{SIGTERM, "SIGTERM"}, std::pair{SIGHUP, "SIGHUP"},
                                      std::pair{SIGUSR1, "SIGUSR1"}}) {
     const auto out = scratch("train_test", std::string("signal_") + name);
-    const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+    // 1000 epochs: the signal ends it, right after step 10 (no machine trains the rest first).
+    const std::vector<std::string> arguments{"--epochs", "1000",  "--no-progress", "--log-every",
                                              "5",        "--out", out.string()};
     BOOST_TEST(signal_train(arguments, out / "train.log", "step 10 ", signal) == 128 + signal,
                name);
@@ -457,7 +500,8 @@ BOOST_AUTO_TEST_CASE(sigterm_sighup_and_sigusr1_stop_gracefully_with_a_checkpoin
 
 BOOST_AUTO_TEST_CASE(a_second_signal_ends_the_process_at_once) {
   const auto out = scratch("train_test", "second_signal");
-  const std::vector<std::string> arguments{"--epochs", "3",     "--no-progress", "--log-every",
+  // 1000 epochs: the signals end it, right after step 10 (no machine trains the rest first).
+  const std::vector<std::string> arguments{"--epochs", "1000",  "--no-progress", "--log-every",
                                            "5",        "--out", out.string()};
   // The first asks for a stop at the next step boundary; the second, right after, ends the
   // process with its signal before it writes a summary. (Two different signals, since a second
@@ -546,13 +590,14 @@ BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
 
 BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_from_scratch) {
   const auto reference = scratch("train_test", "no_checkpoint_reference");
-  const std::string flags = " --epochs 1 --max-steps 30 --no-progress --out ";
+  // 8 epochs of 128 steps (checkpoints at epoch ends): the SIGKILL after step 3 finds more than
+  // 1000 steps to go.
+  const std::string flags = " --epochs 8 --no-progress --out ";
   BOOST_TEST_REQUIRE(run_train(flags + reference.string()).status == 0);
   const auto out = scratch("train_test", "no_checkpoint_yet");
   // What a run killed during its first epoch leaves: a log and its identity, no checkpoint.
-  const std::vector<std::string> arguments{"--epochs",      "1",           "--max-steps", "30",
-                                           "--no-progress", "--log-every", "1",           "--out",
-                                           out.string()};
+  const std::vector<std::string> arguments{"--epochs", "8",     "--no-progress", "--log-every",
+                                           "1",        "--out", out.string()};
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 3 ", SIGKILL) == kKilledBy + SIGKILL);
   fs::remove_all(out / "checkpoints");
   const auto result = run_train(flags + out.string() + " --resume");
@@ -565,7 +610,9 @@ BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_f
 // --ema: the run ends with the averaged weights; a SIGKILL mid-epoch and --resume give the same
 // average as an uninterrupted run (the checkpoints hold the raw weights and the average).
 BOOST_AUTO_TEST_CASE(an_ema_run_killed_mid_epoch_resumes_to_the_same_average) {
-  const std::string flags = " --epochs 2 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  // 6 epochs of 128 steps: the SIGKILL after step 175 (in epoch 1, after the checkpoint of step
+  // 160) finds nearly 600 steps to go.
+  const std::string flags = " --epochs 6 --checkpoint-every 20 --no-progress --log-every 5 --out ";
   const auto plain = scratch("train_test", "ema_plain");
   BOOST_TEST_REQUIRE(run_train(flags + plain.string()).status == 0);
   const auto reference = scratch("train_test", "ema_reference");
@@ -577,7 +624,7 @@ BOOST_AUTO_TEST_CASE(an_ema_run_killed_mid_epoch_resumes_to_the_same_average) {
 
   const auto out = scratch("train_test", "ema_killed");
   const std::vector<std::string> arguments{
-      "--epochs", "2",     "--checkpoint-every", "20", "--no-progress", "--log-every", "5", "--ema",
+      "--epochs", "6",     "--checkpoint-every", "20", "--no-progress", "--log-every", "5", "--ema",
       "0.9",      "--out", out.string()};
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 175 ", SIGKILL) ==
              kKilledBy + SIGKILL);
@@ -591,23 +638,25 @@ BOOST_AUTO_TEST_CASE(an_ema_run_killed_mid_epoch_resumes_to_the_same_average) {
 // --swa-start/--swa-lr: the run ends with the average of the last epochs' weights; a SIGKILL in
 // an averaged epoch and --resume give the same parameters as an uninterrupted run.
 BOOST_AUTO_TEST_CASE(an_swa_run_killed_mid_average_resumes_to_the_same_parameters) {
-  const std::string flags = " --epochs 3 --checkpoint-every 20 --no-progress --log-every 5 --out ";
-  const std::string swa = " --swa-start 0.5 --swa-lr 0.02";
+  // 8 epochs of 128 steps, epochs 1 to 7 averaged: the SIGKILL after step 305 (in epoch 2, with
+  // epoch 1 in the average, after the checkpoint of step 300) finds more than 700 steps to go.
+  const std::string flags = " --epochs 8 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  const std::string swa = " --swa-start 0.125 --swa-lr 0.02";
   const auto plain = scratch("train_test", "swa_plain");
   BOOST_TEST_REQUIRE(run_train(flags + plain.string()).status == 0);
   const auto reference = scratch("train_test", "swa_reference");
   const auto result = run_train(flags + reference.string() + swa);
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
-  BOOST_TEST(has(result.output, "holds the average of 2 epochs"));
+  BOOST_TEST(has(result.output, "holds the average of 7 epochs"), result.output);
   const auto expected = read_text(reference / "summary.json");
-  BOOST_TEST(has(json_string(expected, "identity"), "swa_start=0.5\nswa_lr=0.02"));
+  BOOST_TEST(has(json_string(expected, "identity"), "swa_start=0.125\nswa_lr=0.02"));
   BOOST_TEST(json_string(expected, "params_sha256") !=
              json_string(read_text(plain / "summary.json"), "params_sha256"));
 
   const auto out = scratch("train_test", "swa_killed");
   const std::vector<std::string> arguments{
-      "--epochs",    "3",   "--checkpoint-every", "20",   "--no-progress", "--log-every", "5",
-      "--swa-start", "0.5", "--swa-lr",           "0.02", "--out",         out.string()};
+      "--epochs",    "8",     "--checkpoint-every", "20",   "--no-progress", "--log-every", "5",
+      "--swa-start", "0.125", "--swa-lr",           "0.02", "--out",         out.string()};
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 305 ", SIGKILL) ==
              kKilledBy + SIGKILL);
   const auto resumed = run_train(flags + out.string() + swa + " --resume");
@@ -920,18 +969,20 @@ BOOST_AUTO_TEST_CASE(the_sanity_validation_changes_no_output) {
 // --accumulate-schedule: k = 1 in epoch 0, 2 from epoch 1 on; a SIGKILL in the middle of epoch 1
 // (k = 2) and --resume end with the parameters of an uninterrupted run.
 BOOST_AUTO_TEST_CASE(an_accumulation_schedule_run_killed_mid_epoch_resumes_bitwise) {
-  const std::string flags = " --epochs 2 --checkpoint-every 20 --no-progress --log-every 5 --out ";
+  // 10 epochs: the SIGKILL after step 165 (in epoch 1, after the checkpoint of step 160) finds
+  // more than 500 steps (of 2 batches) to go.
+  const std::string flags = " --epochs 10 --checkpoint-every 20 --no-progress --log-every 5 --out ";
   const std::string schedule = " --accumulate-schedule 0:1,1:2";
   const auto reference = scratch("train_test", "schedule_reference");
   const auto result = run_train(flags + reference.string() + schedule);
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
   const auto expected = read_text(reference / "summary.json");
-  BOOST_TEST(json_number(expected, "steps") == 128 + 64);  // 128 batches per epoch
+  BOOST_TEST(json_number(expected, "steps") == 128 + 9 * 64);  // 128 batches per epoch
 
   const auto out = scratch("train_test", "schedule_killed");
   const std::vector<std::string> arguments{
-      "--epochs",    "2", "--checkpoint-every",    "20",      "--no-progress",
-      "--log-every", "5", "--accumulate-schedule", "0:1,1:2", "--out",
+      "--epochs",    "10", "--checkpoint-every",    "20",      "--no-progress",
+      "--log-every", "5",  "--accumulate-schedule", "0:1,1:2", "--out",
       out.string()};
   BOOST_TEST(signal_train(arguments, out / "train.log", "step 165 ", SIGKILL) ==
              kKilledBy + SIGKILL);
@@ -1023,15 +1074,17 @@ BOOST_AUTO_TEST_CASE(a_resume_whose_checkpoints_are_all_corrupt_fails_and_change
 // A checkpoint whose CRC is right but whose payload LibTorch cannot read (forged, or damaged before
 // it was framed) is skipped, named, for the older one.
 BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_falls_back_to_an_older_checkpoint) {
+  // 3 epochs of 120 steps: the SIGTERM after step 12 finds more than 300 steps to go (with 20, 8
+  // were left, and a fast machine had sometimes finished).
   const std::string flags =
-      "--epochs 1 --limit-train-batches 20 --checkpoint-every 5 --no-progress";
+      "--epochs 3 --limit-train-batches 120 --checkpoint-every 5 --no-progress";
   const auto reference = scratch("train_test", "forged_reference");
   BOOST_TEST_REQUIRE(run_train(flags + " --out " + reference.string()).status == 0);
   const auto out = scratch("train_test", "forged");
   const std::vector<std::string> arguments{"--epochs",
-                                           "1",
+                                           "3",
                                            "--limit-train-batches",
-                                           "20",
+                                           "120",
                                            "--checkpoint-every",
                                            "5",
                                            "--no-progress",

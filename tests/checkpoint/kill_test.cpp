@@ -10,45 +10,73 @@
 #include <boost/test/unit_test.hpp>
 #include <support/scratch.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 using namespace torchbus::testing;
 namespace fs = std::filesystem;
 
 namespace {
 
-/// Runs the worker on `directory`, logging to `log`. With `kill_at` set, sends SIGKILL as soon as
-/// the worker prints that line; returns whether it finished by itself.
-bool run_worker(const fs::path& directory, const fs::path& log, const std::string& kill_at = "") {
-  int pipe_fds[2];
-  BOOST_REQUIRE(pipe(pipe_fds) == 0);
+/// How a run of the worker ended.
+struct WorkerEnd {
+  bool finished = false;  ///< it printed "finished" and exited 0
+  bool killed = false;    ///< SIGKILL ended it
+};
+
+/// Runs the worker on `directory`, logging to `log`. With `kill_at` set, it runs step by step
+/// (after each "saving N" / "saved N" line it waits for this test) and gets SIGKILL at that line:
+/// at "saved N" while it waits there (right after step N's checkpoint, before anything else), at
+/// "saving N" as soon as it is let go on to write step N's checkpoint (during that write, or at
+/// the latest while it waits after "saved N"). So the kill never comes after the run's end, or
+/// past step N, however fast the machine.
+WorkerEnd run_worker(const fs::path& directory, const fs::path& log,
+                     const std::string& kill_at = "") {
+  int output_fds[2], input_fds[2];
+  BOOST_REQUIRE(pipe(output_fds) == 0);
+  BOOST_REQUIRE(pipe(input_fds) == 0);
+  // A worker that died unexpectedly must fail the test, not end it with SIGPIPE.
+  const auto previous_sigpipe = std::signal(SIGPIPE, SIG_IGN);
   const pid_t pid = fork();
   BOOST_REQUIRE(pid >= 0);
   if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    execl(TORCHBUS_RESUME_WORKER, TORCHBUS_RESUME_WORKER, directory.c_str(), log.c_str(), nullptr);
+    std::signal(SIGPIPE, SIG_DFL);
+    dup2(output_fds[1], STDOUT_FILENO);
+    dup2(input_fds[0], STDIN_FILENO);
+    for (const int fd : {output_fds[0], output_fds[1], input_fds[0], input_fds[1]}) close(fd);
+    execl(TORCHBUS_RESUME_WORKER, TORCHBUS_RESUME_WORKER, directory.c_str(), log.c_str(),
+          kill_at.empty() ? nullptr : "wait", nullptr);
     _exit(127);
   }
-  close(pipe_fds[1]);
-  FILE* output = fdopen(pipe_fds[0], "r");
+  close(output_fds[1]);
+  close(input_fds[0]);
+  const auto go_on = [&] { return write(input_fds[1], "\n", 1) == 1; };
+  FILE* output = fdopen(output_fds[0], "r");
   char line[256];
-  bool finished = false;
+  WorkerEnd end;
   while (std::fgets(line, sizeof line, output) != nullptr) {
     const std::string text(line);
+    const bool waits =
+        !kill_at.empty() && (text.rfind("saving ", 0) == 0 || text.rfind("saved ", 0) == 0);
     if (!kill_at.empty() && text == kill_at + "\n") {
+      if (text.rfind("saving ", 0) == 0) go_on();
       kill(pid, SIGKILL);
       break;
     }
-    finished = finished || text == "finished\n";
+    end.finished = end.finished || text == "finished\n";
+    if (waits) go_on();
   }
+  close(input_fds[1]);
   std::fclose(output);
   int status = 0;
   waitpid(pid, &status, 0);
-  return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  std::signal(SIGPIPE, previous_sigpipe);
+  end.finished = end.finished && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  end.killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  return end;
 }
 
 std::vector<std::string> read_lines(const fs::path& path) {
@@ -86,7 +114,7 @@ BOOST_AUTO_TEST_SUITE(killed_process)
 
 BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
   const auto reference_dir = scratch("kill", "reference");
-  BOOST_TEST_REQUIRE(run_worker(reference_dir, reference_dir / "batches.log"));
+  BOOST_TEST_REQUIRE(run_worker(reference_dir, reference_dir / "batches.log").finished);
   const Final reference(reference_dir);
   const auto reference_batches = read_lines(reference_dir / "batches.log");
   BOOST_TEST_REQUIRE(reference_batches.size() == 24u);
@@ -98,8 +126,10 @@ BOOST_AUTO_TEST_CASE(killed_at_chosen_steps_and_during_a_save_resumes_exactly) {
   for (const std::string kill_at : {"saved 1", "saving 6", "saved 8", "saving 11"}) {
     const auto dir = scratch(
         "kill", kill_at.substr(0, kill_at.find(' ')) + kill_at.substr(kill_at.find(' ') + 1));
-    BOOST_TEST_REQUIRE(!run_worker(dir, dir / "before.log", kill_at), kill_at);
-    BOOST_TEST_REQUIRE(run_worker(dir, dir / "after.log"), kill_at);
+    const auto killed = run_worker(dir, dir / "before.log", kill_at);
+    BOOST_TEST_REQUIRE((killed.killed && !killed.finished),
+                       kill_at << ": the SIGKILL did not end the worker");
+    BOOST_TEST_REQUIRE(run_worker(dir, dir / "after.log").finished, kill_at);
     const Final resumed(dir);
     auto a = reference.model->parameters();
     auto b = resumed.model->parameters();

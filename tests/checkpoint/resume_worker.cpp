@@ -3,7 +3,10 @@
 // prints "saving N" / "saved N" around each checkpoint; at the end saves the model and optimizer
 // to DIR/final-model.pt and DIR/final-optimizer.pt. A CsvLogger writes every step to
 // DIR/metrics.csv, buffering rows until a checkpoint or an epoch end.
-// Usage: resume_worker DIR LOG
+// Usage: resume_worker DIR LOG [wait]
+// With "wait", after each "saving N" / "saved N" line it waits for a line on its standard input
+// (or its end) before it goes on: the test that kills it at one of those lines then knows where
+// it is, however fast the machine.
 
 #include "resume_setup.hpp"
 
@@ -12,15 +15,22 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: resume_worker DIR LOG\n";
+  if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "wait")) {
+    std::cerr << "usage: resume_worker DIR LOG [wait]\n";
     return 2;
   }
   namespace fs = std::filesystem;
   const fs::path directory(argv[1]);
   std::ofstream log(argv[2], std::ios::app);
+  const bool wait = argc == 4;
+  const auto tell = [wait](const std::string& line) {
+    std::cout << line << std::endl;
+    std::string go_on;
+    if (wait) std::getline(std::cin, go_on);
+  };
   torchbus::testing::ResumeRun run;
   run.trainer.on(torchbus::Event::BatchEnd, [&](torchbus::State&) {
     log << run.seen.back() << "\n" << std::flush;
@@ -34,9 +44,9 @@ int main(int argc, char** argv) {
   run.trainer.on(
       torchbus::Event::StepEnd,
       [&](torchbus::State& state) {
-        std::cout << "saving " << state.step << std::endl;
+        tell("saving " + std::to_string(state.step));
         run.trainer.save_checkpoint(directory / ("step-" + std::to_string(state.step) + ".tbckpt"));
-        std::cout << "saved " << state.step << std::endl;
+        tell("saved " + std::to_string(state.step));
       },
       200);
   bool has_checkpoint = false;

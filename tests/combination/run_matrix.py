@@ -14,6 +14,14 @@ SIGINT/SIGTERM/SIGKILL cells resume (or, without checkpoints, --overwrite) and m
 the parameters of the uninterrupted run of the same flags (the "completes" cell, run once and
 cached).
 
+No cell assumes how fast the machine is: a signal waits for what the program reports (a logged
+step, a checkpoint file, a line of its output), and a run that must still be training when its
+signal comes has the work for it. A SIGINT/SIGTERM cell signals at a random step k of the first
+3/5 of the usual %d-epoch run, but trains enough epochs that at least %d steps remain after k
+(its uninterrupted run, with as many epochs, is cached as well). A SIGKILL cell kills at a
+random moment of start-up or of training, each measured on its uninterrupted run and counted
+from the start or from the first logged step. faults/startup_signals signals runs of %d epochs.
+
 Standard library only. Typical use:
 
   run_matrix.py --train build/release/apps/torchbus-train/torchbus-train \\
@@ -34,15 +42,17 @@ the campaign's bad values (exit 2 naming the flag, nothing written); faults/star
 sends stop signals during start-up and at the rendezvous (exit 128+N within seconds).
 
 With --gan EXAMPLE (examples/gan.cpp: two optimizer phases, a checkpoint every 16 steps), the
-cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it after its first
-checkpoint, runs it again in the same directory (it resumes) and compares the final weights
-(model.pt) with the uninterrupted run's, byte for byte.
+cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it once the
+checkpoint of a random step S (16 to %d) is on disk, within the next 16 steps (a fraction of the
+uninterrupted run's time per checkpoint), runs it again in the same directory (it resumes) and
+compares the final weights (model.pt) with the uninterrupted run's, byte for byte.
 
 --sample N spreads the cells evenly over the ends. Random values of a cell (signal step, kill
 delay, max-steps) come from Random("<seed>/<cell>"), so `--cell ID --seed S` reruns what the
-sampled run did (the kill delay is a fraction of the reference run's measured duration, so it
-lands at a similar, not identical, moment). Every command line is printed before it runs; a
-passed cell's directory under WORK/cells is deleted, a failed one's is kept (--keep: all).
+sampled run did (the kill delay is a fraction of the reference run's measured start-up or
+training, so it lands at a similar, not identical, moment). Every command line is printed before
+it runs; a passed cell's directory under WORK/cells is deleted, a failed one's is kept (--keep:
+all).
 
 The last line printed is `N passed, M failed`; the exit status is 1 if any cell failed.
 """
@@ -106,11 +116,21 @@ ENDS = ["completes", "max_steps", "time_limit", "nan", "early_stop", "sigint", "
 TIME_LIMIT_FLAGS, TIME_LIMIT_EPOCHS = ["--time-limit", "0.5"], 1000  # the limit ends it
 NAN_FLAGS = ["--optimizer", "sgd", "--lr", "1e30"]  # non-finite loss within a few steps
 EARLY_STOP_FLAGS, EARLY_STOP_EPOCHS = ["--early-stopping", "1"], 30
+# SIGINT/SIGTERM cells: the fewest steps their run has left after the step whose log line sends
+# the signal. The signal stops the run at the next step boundary, so the steps it never trains
+# cost nothing; what remains must outlast the moment between the program's writing that line and
+# the signal's arrival on any machine (also a loaded one, where this driver waits for a core). Only
+# the uninterrupted run and the resume train them all.
+SIGNAL_SLACK = 300
+# SIGKILL cells: the share of kills sent during start-up (before the first logged step); the
+# others land at a random moment of training or up to 15 % of it past the end.
+SIGKILL_IN_STARTUP = 0.15
 
 ALLOWED_OUT = {"train.log", "identity.txt", "summary.json", "model.pt", "metrics.csv",
                "report.html", "tensorboard", "checkpoints"}
 SANITIZER = re.compile(r"AddressSanitizer|runtime error:|LeakSanitizer|UndefinedBehaviorSanitizer")
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}
+STEP_LINE = re.compile(r"\bstep \d+ epoch\b")  # SimpleLogger's line of a step (--log-every 1)
 
 
 def all_cells():
@@ -139,8 +159,20 @@ def steps_per_epoch(data):
     return (samples + batch - 1) // batch
 
 
-def full_steps(data):
-    return EPOCHS * steps_per_epoch(data)
+def full_steps(data, epochs=EPOCHS):
+    return epochs * steps_per_epoch(data)
+
+
+def signal_step_range(data):
+    """The steps a SIGINT/SIGTERM cell draws its signal step from: the first 3/5 of the usual run."""
+    return 1, max(1, (full_steps(data) * 3) // 5)
+
+
+def signal_epochs(data):
+    """The epochs of a SIGINT/SIGTERM cell's runs: at least SIGNAL_SLACK steps after its latest
+    possible signal step."""
+    latest = signal_step_range(data)[1]
+    return max(EPOCHS, -(-(latest + SIGNAL_SLACK) // steps_per_epoch(data)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,12 +285,22 @@ class Runner:
         run.chunks = {"stdout": [], "stderr": []}
         run.marker = None
         run.marker_seen = threading.Event()
+        run.marker_signal = None  # a signal to send as soon as a reader sees the marker
+        run.signal_lock = threading.Lock()
+        run.signal_sent = False
+        run.first_step_at = None  # when its first step's line was read (time.monotonic())
+        run.first_step_seen = threading.Event()
 
         def read(stream, name):
             for raw in iter(stream.readline, b""):
                 line = raw.decode("utf-8", "replace")
                 run.chunks[name].append(line)
+                if run.first_step_at is None and STEP_LINE.search(line):
+                    run.first_step_at = time.monotonic()
+                    run.first_step_seen.set()
                 if run.marker is not None and run.marker.search(line):
+                    if run.marker_signal is not None:  # from here: no wait for another thread
+                        self.send_once(run, run.marker_signal)
                     run.marker_seen.set()
             stream.close()
 
@@ -278,7 +320,8 @@ class Runner:
             run.timed_out = True
             run.process.kill()
             run.rc = run.process.wait()
-        run.seconds = time.monotonic() - run.start_time
+        run.end_time = time.monotonic()
+        run.seconds = run.end_time - run.start_time
         for reader in run.readers:
             reader.join(10)
         run.stdout = "".join(run.chunks["stdout"])
@@ -289,6 +332,41 @@ class Runner:
 
     def run(self, args, program=None):
         return self.finish(self.start(args, program))
+
+    @staticmethod
+    def send_once(run, number):
+        """Sends signal `number` to `run` unless it was sent already; False if it was gone."""
+        with run.signal_lock:
+            if not run.signal_sent:
+                try:
+                    os.kill(run.process.pid, number)
+                except ProcessLookupError:
+                    return False
+                run.signal_sent = True
+        return True
+
+    @staticmethod
+    def wait_for_output(run, pattern, timeout):
+        """Waits until `run` printed a line matching `pattern` (a compiled regex); False if it
+        ended or `timeout` seconds passed first."""
+        run.marker = pattern
+        if any(pattern.search(l) for l in list(run.chunks["stdout"]) + list(run.chunks["stderr"])):
+            run.marker_seen.set()  # a line read before the marker was set
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if run.marker_seen.wait(0.005):
+                return True
+            if run.process.poll() is not None:
+                return run.marker_seen.wait(1.0)  # (its last lines may still be being read)
+        return False
+
+    @staticmethod
+    def phases(run):
+        """(start-up, training) seconds of a finished run: until its first logged step, and from
+        there to its exit; (run.seconds, 0) if it logged no step."""
+        if run.first_step_at is None:
+            return run.seconds, 0.0
+        return run.first_step_at - run.start_time, run.end_time - run.first_step_at
 
     def kill_all(self):
         for process in list(self.live):
@@ -562,7 +640,7 @@ class Matrix:
         self.runner = runner
         self.files = data_files
         self.print = printer
-        self.references = {}  # (data, ckpt, val) -> (problems, sha, seconds)
+        self.references = {}  # (data, ckpt, val, epochs) -> (problems, sha, seconds, phases)
         self.relaunch_checked = set()  # data sources whose relaunch check ran
         self.faults = Faults(self)
         self.gan = GanExample(self)
@@ -574,22 +652,25 @@ class Matrix:
         flags = [f.format(**self.files) for f in DATA[data][0]]
         return flags + CKPT[ckpt] + VAL[val] + ["--epochs", str(epochs)] + COMMON + ["--out", out]
 
-    # The uninterrupted run of a (data, ckpt, val) combination, run once per driver invocation.
-    # The first reference run of each data source also checks that a second fresh launch into
-    # its finished directory is refused; those problems go to the cell that triggered it.
-    def reference(self, data, ckpt, val):
-        key = (data, ckpt, val)
+    # The uninterrupted run of a (data, ckpt, val) combination, run once per driver invocation
+    # (per number of epochs: the SIGINT/SIGTERM cells train more). The first reference run of
+    # each data source also checks that a second fresh launch into its finished directory is
+    # refused; those problems go to the cell that triggered it.
+    def reference(self, data, ckpt, val, epochs=EPOCHS):
+        key = (data, ckpt, val, epochs)
         relaunch_problems = []
         if key not in self.references:
             cell = "/".join((data, ckpt, val, "completes"))
-            self.print("  reference run (%s):" % cell)
-            out = self.cell_dir(cell, "reference")
+            self.print("  reference run (%s%s):" %
+                       (cell, "" if epochs == EPOCHS else ", %d epochs" % epochs))
+            out = self.cell_dir(cell, "reference" if epochs == EPOCHS else
+                                "reference-%d-epochs" % epochs)
             shutil.rmtree(out, ignore_errors=True)
-            checks = Checks(self.runner, self.flags(data, ckpt, val, out))
+            checks = Checks(self.runner, self.flags(data, ckpt, val, out, epochs))
             run = self.runner.run(checks.flags)
             sha = None
             if checks.exit_code(run, 0, "run"):
-                summary = checks.outputs(run, out, "completed", full_steps(data))
+                summary = checks.outputs(run, out, "completed", full_steps(data, epochs))
                 sha = summary.get("params_sha256") if summary else None
                 if data not in self.relaunch_checked:
                     self.relaunch_checked.add(data)
@@ -601,17 +682,19 @@ class Matrix:
                     relaunch_problems = relaunch.problems
             if not checks.problems and not relaunch_problems and not self.options.keep:
                 shutil.rmtree(out, ignore_errors=True)
-            self.references[key] = (checks.problems, sha, run.seconds)
-        problems, sha, seconds = self.references[key]
+            self.references[key] = (checks.problems, sha, run.seconds, self.runner.phases(run))
+        problems, sha, seconds, _ = self.references[key]
         return problems, sha, seconds, relaunch_problems
 
-    def reference_sha(self, data, ckpt, val, checks):
-        problems, sha, seconds, relaunch_problems = self.reference(data, ckpt, val)
+    def reference_sha(self, data, ckpt, val, checks, epochs=EPOCHS):
+        """The params_sha256 of the reference run and its (start-up, training) seconds."""
+        problems, sha, _, relaunch_problems = self.reference(data, ckpt, val, epochs)
         checks.problems.extend(relaunch_problems)
         if sha is None:  # its other problems are the completes cell's, not this one's
-            raise Failure("reference run (%s/%s/%s/completes) failed: %s" %
-                          (data, ckpt, val, problems[0] if problems else "no params_sha256"))
-        return sha, seconds
+            raise Failure("reference run (%s/%s/%s/completes%s) failed: %s" %
+                          (data, ckpt, val, "" if epochs == EPOCHS else ", %d epochs" % epochs,
+                           problems[0] if problems else "no params_sha256"))
+        return sha, self.references[(data, ckpt, val, epochs)][3]
 
     def run_cell(self, cell, seed):
         """Runs one cell; returns (problems, note)."""
@@ -676,15 +759,21 @@ class Matrix:
         if end in SIGNALS:
             number = SIGNALS[end]
             expected_rc = 128 + number
-            k = rng.randint(1, max(1, (total * 3) // 5))
+            k = rng.randint(*signal_step_range(data))
+            # Epochs enough that SIGNAL_SLACK steps or more remain after step k, on any machine.
+            epochs = signal_epochs(data)
+            flags = self.flags(data, ckpt, val, out, epochs)
+            checks.flags = flags
+            total = full_steps(data, epochs)
             run = self.runner.start(flags)
             landed = self.signal_at_step(run, out, k, number)
             self.runner.finish(run)
-            note = "%s after step %d" % (end.upper(), k)
+            note = "%s after step %d of %d" % (end.upper(), k, total)
             if not landed:
                 checks.no_sanitizer(run, "run")
-                checks.fail("run: never logged 'step %d epoch' (%s; last line: %s)" %
-                            (k, run.describe_exit(), run.last_stderr()))
+                checks.fail("run: no %s after 'step %d epoch': it never logged it, or it ended "
+                            "first (%s; last line: %s)" %
+                            (end.upper(), k, run.describe_exit(), run.last_stderr()))
                 return checks.problems, note
             if not checks.exit_code(run, expected_rc, "run after %s" % end.upper()):
                 return checks.problems, note
@@ -698,7 +787,7 @@ class Matrix:
                                 (end.upper(), newest, summary["steps"]))
             if ckpt == "none":
                 return checks.problems, note
-            sha, _ = self.reference_sha(data, ckpt, val, checks)
+            sha, _ = self.reference_sha(data, ckpt, val, checks, epochs)
             newest = self.newest_checkpoint_step(out)
             resumed = self.runner.run(flags + ["--resume"])
             if checks.exit_code(resumed, 0, "--resume"):
@@ -710,10 +799,20 @@ class Matrix:
             return checks.problems, note
 
         if end == "sigkill":
-            sha, seconds = self.reference_sha(data, ckpt, val, checks)
-            fraction = rng.uniform(0.0, 1.15)
-            delay = fraction * seconds
+            sha, (startup, training) = self.reference_sha(data, ckpt, val, checks)
+            # A moment of the start-up (loading LibTorch, the data, taking the run directory), or
+            # of the training (from the first logged step to the exit, up to 15 % past it), each
+            # a fraction of that phase of the uninterrupted run: not of the whole run, whose
+            # start-up may be most of it on one machine and little of it on another.
+            in_startup = rng.random() < SIGKILL_IN_STARTUP
+            fraction = rng.uniform(0.0, 1.0 if in_startup else 1.15)
+            delay = fraction * (startup if in_startup else training)
             run = self.runner.start(flags)
+            if not in_startup:
+                deadline = run.start_time + self.runner.timeout
+                while not run.first_step_seen.wait(0.005) and run.process.poll() is None and \
+                        time.monotonic() < deadline:
+                    pass
             time.sleep(delay)
             if run.process.poll() is None:
                 os.kill(run.process.pid, signal.SIGKILL)
@@ -739,8 +838,9 @@ class Matrix:
                            if ".tmp" in n]
             if temporaries:
                 landed += ", during a write (%s)" % temporaries[0]
-            note = "SIGKILL at %.2f s (%.0f%% of the reference), %s" % (delay, fraction * 100,
-                                                                        landed)
+            note = "SIGKILL %.3f s after its %s (%.0f%% of the reference's %s), %s" % (
+                delay, "start" if in_startup else "first step", fraction * 100,
+                "start-up" if in_startup else "training", landed)
             if ckpt == "none":
                 before = snapshot(out)
                 resumed = self.runner.run(flags + ["--resume"])
@@ -793,7 +893,9 @@ class Matrix:
             checks.fail("--resume of the finished run changed its outputs: %s" % difference)
 
     def signal_at_step(self, run, out, k, number):
-        """Sends `number` once step k is logged (console or train.log); False if it never was."""
+        """Sends `number` once step k is logged (console or train.log); False if it never was.
+        The thread that reads the line sends it at once."""
+        run.marker_signal = number
         run.marker = re.compile(r"\bstep %d epoch\b" % k)
         # A line read before the marker was set.
         if any(run.marker.search(l) for l in list(run.chunks["stdout"]) +
@@ -814,14 +916,10 @@ class Matrix:
                 except OSError:
                     pass
             if run.process.poll() is not None:
-                return False
+                return run.signal_sent  # (by the reader, maybe, just before the run ended)
         else:
             return False
-        try:
-            os.kill(run.process.pid, number)
-        except ProcessLookupError:
-            return False
-        return True
+        return self.runner.send_once(run, number)
 
     def checkpoint_files(self, out):
         directory = os.path.join(out, "checkpoints")
@@ -861,10 +959,18 @@ BAD_FLAGS = [
     (["--accumulate-schedule", "0:0"], "--accumulate-schedule"),
     (["--threads", "100000"], "--threads"),
 ]
-# A small run with several checkpoints, interrupted (no summary) so that a resume trains on.
-FAULT_FLAGS = ["--batch-size", "256", "--epochs", "1", "--limit-train-batches", "20",
+# A small run with several checkpoints, interrupted (no summary) so that a resume trains on: 120
+# steps (6 epochs of 20 batches), SIGTERM once step FAULT_STOP is logged. It stops at the next step
+# boundary (--max-steps is in the identity: a signal stops it), keeping its newest three
+# checkpoints (of steps 8 and 12, and of the step it stopped at, as a rule); the hundred-odd steps
+# it had left (and some 25 checkpoint writes) are more than any machine trains before the signal
+# arrives. (With 20 steps, 6 left, a fast machine could have finished first.)
+FAULT_FLAGS = ["--batch-size", "256", "--epochs", "6", "--limit-train-batches", "20",
                "--checkpoint-every", "4", "--val-every", "0"] + COMMON
-FAULT_STOP = 14  # the interrupted run stops here (--max-steps is in the identity: a signal stops it)
+FAULT_STOP = 14
+# A stop signal during start-up goes to a run of this many epochs (synthetic data, 128 steps
+# each): when it lands after start-up on a fast machine, the run is training, and stops at once.
+STARTUP_SIGNAL_EPOCHS = 100000
 MUTATIONS_SAMPLED, MUTATIONS_FULL = 12, 200
 
 
@@ -932,7 +1038,8 @@ class Faults:
         run = self.runner.start(self.flags(out, seed))
         if not self.matrix.signal_at_step(run, out, FAULT_STOP, signal.SIGTERM):
             self.runner.finish(run)
-            raise Failure("the run to damage never logged step %d (%s)" %
+            raise Failure("the run to damage was not signalled after step %d: it never logged it, "
+                          "or it ended first (%s)" %
                           (FAULT_STOP, run.last_stderr()))
         self.runner.finish(run)
         if run.rc != 128 + signal.SIGTERM:
@@ -1027,7 +1134,11 @@ class Faults:
 
     def forged_payload(self, checks):
         out = self.copy_of_base("forged_payload")
-        newest = max(self.checkpoint_files(out), key=os.path.getmtime)
+        # The newest by the step it holds: not by its mtime, which the file system keeps in ticks
+        # (4 ms here) that two checkpoints written in quick succession can share.
+        steps = {path: entry.get("step", -1) for path, entry in
+                 self.runner.check_checkpoints(self.checkpoint_files(out)).items()}
+        newest = max(steps, key=steps.get)
         with open(newest, "rb") as f:
             head, payload = split_checkpoint(f.read())
         with open(newest, "wb") as f:  # garbage in the archive's middle, the CRC made to match
@@ -1122,7 +1233,9 @@ class Faults:
             number = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1])
             shutil.rmtree(out, ignore_errors=True)
             what = "%s %.0f ms after start" % (signal.Signals(number).name, delay * 1000)
-            run = self.runner.start(COMMON + ["--epochs", "3", "--out", out])
+            # However fast the machine, the run is not over before the signal: it stops it,
+            # at once (during start-up), or at the next step boundary.
+            run = self.runner.start(COMMON + ["--epochs", str(STARTUP_SIGNAL_EPOCHS), "--out", out])
             wait_for_handler(run.process.pid, number)  # the launcher's first act; exec is before it
             time.sleep(delay)
             os.kill(run.process.pid, number)
@@ -1146,11 +1259,17 @@ class Faults:
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        time.sleep(3.0)  # rank 0 waits at the rendezvous for rank 1, which never comes
+        # Rank 0 waits at the rendezvous for rank 1, which never comes: once it says so, well
+        # inside that wait.
+        waiting = self.runner.wait_for_output(run, re.compile(r"is at the rendezvous"), 60)
+        time.sleep(0.3)
         started = time.monotonic()
         os.kill(run.process.pid, signal.SIGINT)
         self.runner.finish(run, timeout=30)
-        if checks.exit_code(run, 130, "SIGINT at the rendezvous"):
+        if not waiting:
+            checks.fail("SIGINT at the rendezvous: rank 0 never said it is at the rendezvous (%s; "
+                        "last line: %s)" % (run.describe_exit(), run.last_stderr()))
+        elif checks.exit_code(run, 130, "SIGINT at the rendezvous"):
             if time.monotonic() - started > 5:
                 checks.fail("SIGINT at the rendezvous: took %.1f s to exit" %
                             (time.monotonic() - started))
@@ -1172,13 +1291,36 @@ class Faults:
 # The GAN example: several optimizers, killed and resumed
 
 GAN_CELL = "examples/gan_sigkill"
-GAN_EPOCHS = "12"  # 32 steps an epoch, a checkpoint every 16
+GAN_EPOCHS = "24"  # 32 steps an epoch: 768 steps
+GAN_CHECKPOINT_EVERY = 16  # examples/gan.cpp: ModelCheckpoint every 16 steps
+# The kill follows the checkpoint of step 16 * randint(1, GAN_KILL_CHECKPOINTS), within the next
+# 16 steps: 560 steps or more remain, which no machine trains before the SIGKILL arrives.
+GAN_KILL_CHECKPOINTS = 12
+GAN_CHECKPOINT_STEP = re.compile(r"-step-(\d+)\.tbckpt$")
+
+
+def gan_checkpoint_step(directory):
+    """The step of the newest checkpoint file in `directory` (0: none yet)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    return max((int(m.group(1)) for m in map(GAN_CHECKPOINT_STEP.search, names) if m), default=0)
 
 
 class GanExample:
     def __init__(self, matrix):
         self.matrix = matrix
         self.runner = matrix.runner
+
+    def wait_for_checkpoint(self, run, directory, step):
+        """Waits until `directory` holds the checkpoint of `step` or a later one; returns when
+        (time.monotonic()), or None if the run ended first."""
+        while gan_checkpoint_step(directory) < step:
+            if run.process.poll() is not None:
+                return None
+            time.sleep(0.001)
+        return time.monotonic()
 
     def run_cell(self, seed):
         gan = self.matrix.options.gan
@@ -1187,37 +1329,48 @@ class GanExample:
         shutil.rmtree(root, ignore_errors=True)
         reference = os.path.join(root, "reference")
         killed = os.path.join(root, "killed")
-        run = self.runner.run([reference, GAN_EPOCHS], gan)
-        if run.rc != 0:
-            return ["uninterrupted run: %s; %s" % (run.describe_exit(), run.last_stderr())], ""
-        # SIGKILL at a random moment after the first checkpoint, within the reference's duration.
-        delay = rng.uniform(0.0, 0.3) * run.seconds
-        run = self.runner.start([killed, GAN_EPOCHS], gan)
-        while run.process.poll() is None and not any(
-                name.endswith(".tbckpt") for name in
-                (os.listdir(killed) if os.path.isdir(killed) else [])):
-            time.sleep(0.002)
-        time.sleep(delay)
-        try:
-            os.kill(run.process.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        total = int(GAN_EPOCHS) * 32
+        run = self.runner.start([reference, GAN_EPOCHS], gan)
+        first = self.wait_for_checkpoint(run, reference, GAN_CHECKPOINT_EVERY)
         self.runner.finish(run)
-        if run.rc not in (0, -signal.SIGKILL):
-            return ["killed run: %s; %s" % (run.describe_exit(), run.last_stderr())], ""
+        if run.rc != 0 or first is None:
+            return ["uninterrupted run: %s; %s" % (run.describe_exit(), run.last_stderr())], ""
+        # Its time from one checkpoint to the next (from the first to its exit, per checkpoint).
+        interval = (run.end_time - first) / (total // GAN_CHECKPOINT_EVERY - 1)
+        # SIGKILL once the checkpoint of step S is on disk, at a random moment of the next 16
+        # steps (during the next checkpoint's write, maybe): what the run reports, not how long
+        # it ran, says where it is.
+        step = GAN_CHECKPOINT_EVERY * rng.randint(1, GAN_KILL_CHECKPOINTS)
+        delay = rng.uniform(0.0, 1.0) * interval
+        run = self.runner.start([killed, GAN_EPOCHS], gan)
+        reached = self.wait_for_checkpoint(run, killed, step) is not None
+        if reached:
+            time.sleep(delay)
+            try:
+                os.kill(run.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.runner.finish(run)
+        note = "SIGKILL %.3f s after the checkpoint of step %d" % (delay, step)
+        if run.rc != -signal.SIGKILL:
+            return ["killed run: %s before its SIGKILL%s; %s" % (
+                run.describe_exit(), "" if reached else
+                " (it never wrote the checkpoint of step %d)" % step, run.last_stderr())], note
         # Killed before its end, it had not written model.pt; the next run trains the rest.
-        ended = os.path.exists(os.path.join(killed, "model.pt"))
+        if os.path.exists(os.path.join(killed, "model.pt")):
+            return ["the killed run wrote model.pt, which a run writes at its end"], note
         run = self.runner.run([killed, GAN_EPOCHS], gan)
         resumed = re.search(r"resumed from \S+ at epoch (\d+), step (\d+)", run.output())
-        note = "SIGKILL %.2f s after the first checkpoint, %s" % (
-            delay, "after the run's end" if ended else
-            "resumed at step %s" % (resumed.group(2) if resumed else "?"))
+        note += ", resumed at step %s" % (resumed.group(2) if resumed else "?")
         problems = []
         if run.rc != 0:
             problems.append("resumed run: %s; %s" % (run.describe_exit(), run.last_stderr()))
         elif not resumed:
             problems.append("the run after the kill did not resume: %s" % run.last_stderr())
-        elif not ended and "epoch %d:" % (int(GAN_EPOCHS) - 1) not in run.output():
+        elif int(resumed.group(2)) < step:
+            problems.append("the run after the kill resumed at step %s, before the checkpoint of "
+                            "step %d that was on disk" % (resumed.group(2), step))
+        elif "epoch %d:" % (int(GAN_EPOCHS) - 1) not in run.output():
             problems.append("the resumed run did not train to the last epoch: %s" %
                             run.last_stderr())
         else:
@@ -1355,7 +1508,8 @@ def main():
     return 1 if failed else 0
 
 
-__doc__ = __doc__ % (MUTATIONS_SAMPLED, MUTATIONS_FULL)
+__doc__ = __doc__ % (EPOCHS, SIGNAL_SLACK, STARTUP_SIGNAL_EPOCHS, MUTATIONS_SAMPLED,
+                     MUTATIONS_FULL, GAN_KILL_CHECKPOINTS * GAN_CHECKPOINT_EVERY)
 
 if __name__ == "__main__":
     sys.exit(main())
