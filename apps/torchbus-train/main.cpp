@@ -888,11 +888,12 @@ int run(Flags flags) {
     check_flag_combinations(flags);
     if (flags.threads > 0) {
       torch::set_num_threads(flags.threads);
-      const auto blas = train::set_blas_threads(flags.threads);
-      torchbus::logger()->info("threads: {} intra-op, {}", flags.threads,
-                               blas.empty() ? "the BLAS library is not OpenBLAS (left as it is)"
-                                            : "as many for " + blas);
+      train::set_blas_threads(flags.threads);
     }
+    torchbus::logger()->info("threads: {} intra-op ({}, {}), BLAS: {}", torch::get_num_threads(),
+                             AT_PARALLEL_OPENMP ? "OpenMP" : "LibTorch's own pool",
+                             flags.threads > 0 ? "--threads" : "the libraries' default",
+                             train::describe_blas());
     torch::manual_seed(flags.seed);
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
