@@ -7,9 +7,14 @@
 #include <support/bf16_support.hpp>
 #include <support/fixtures.hpp>
 #include <support/recorder.hpp>
+#include <support/scratch.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include "autocast_scope.hpp"
 #include "libtorch_compat.hpp"  // autocast's state, whatever the LibTorch version
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -137,6 +142,35 @@ BOOST_AUTO_TEST_CASE(bf16_autocasts_custom_train_and_eval_steps_and_restores_the
     BOOST_TEST(seen.output == at::kBFloat16);
   }
   BOOST_TEST(!torchbus::detail::autocast_enabled(c10::DeviceType::CPU));  // off again after fit()
+}
+
+// LibTorch 2.4+ deprecated the per-device autocast functions LibTorch 1.13 has, and each call of
+// one prints a warning: on LibTorch 2.11 six per mixed-precision step. The scope uses the API of
+// the version it is built against (libtorch_compat.cpp) and prints nothing.
+BOOST_AUTO_TEST_CASE(an_autocast_scope_turns_autocast_on_and_back_off_without_a_warning) {
+  const auto output = scratch("precision", "autocast_stderr") / "stderr.txt";
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  const int file = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  BOOST_TEST_REQUIRE(file >= 0);
+  dup2(file, STDERR_FILENO);
+  close(file);
+  bool inside = false, bfloat16 = false;
+  for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    const torchbus::detail::AutocastScope scope(Precision::BF16Mixed, device);
+    inside = torchbus::detail::autocast_enabled(device);
+    bfloat16 = torchbus::detail::autocast_dtype(device) == at::kBFloat16;
+    if (!inside || !bfloat16) break;
+  }
+  const bool after = torchbus::detail::autocast_enabled(c10::DeviceType::CPU) ||
+                     torchbus::detail::autocast_enabled(c10::DeviceType::CUDA);
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  BOOST_TEST(inside);
+  BOOST_TEST(bfloat16);
+  BOOST_TEST(!after);
+  BOOST_TEST(read_text(output).empty(), read_text(output));
 }
 
 BOOST_AUTO_TEST_CASE(float32_never_autocasts) {
