@@ -217,7 +217,8 @@ void ClassificationMetrics::load_state(torch::serialize::InputArchive& archive) 
   if (read_value(archive, "has_confusion_matrix").toBool()) {
     at::Tensor matrix;
     archive.read("confusion_matrix", matrix);
-    last_ = matrix;
+    last_ =
+        matrix.cpu();  // on the host, as computed (a checkpoint read for a GPU run has it there)
   }
 }
 

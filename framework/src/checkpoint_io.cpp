@@ -268,7 +268,8 @@ MetricSeries read_metrics(CheckpointReader& reader) {
   MetricSeries metrics;
   const auto names = detail::split_lines(reader.value("metric_names").toStringRef());
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto points = reader.tensor("metric_" + std::to_string(i)).to(torch::kDouble);
+    const auto points =
+        reader.tensor("metric_" + std::to_string(i)).to(torch::kCPU, torch::kDouble);
     auto view = points.accessor<double, 2>();
     std::vector<MetricPoint> series;
     for (std::int64_t j = 0; j < points.size(0); ++j) {
@@ -355,7 +356,8 @@ Checkpoint checkpoint_of(const fs::path& path, const FitProgress& progress) {
 }
 
 void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
-  CheckpointReader reader(path);
+  // Its tensors where the model trains, whatever device wrote them.
+  CheckpointReader reader(path, parts.state.device);
   // 1. Read and validate everything; nothing changes yet.
   const auto& identity = parts.options.run_identity();
   if (!identity.empty() && reader.header().identity != identity) {

@@ -35,11 +35,12 @@ std::vector<std::string> split_lines(const std::string& text) {
   return names;
 }
 
-CheckpointReader::CheckpointReader(const std::filesystem::path& path) : path_(path) {
+CheckpointReader::CheckpointReader(const std::filesystem::path& path, c10::Device device)
+    : path_(path), device_(device) {
   const auto payload = read_checkpoint_payload(path, &header_);
   try {
     std::istringstream in(payload);
-    archive_.load_from(in);
+    archive_.load_from(in, device_);
   } catch (const std::exception& error) {
     fail("cannot be parsed: ", reason_of(error));
   }
@@ -78,8 +79,9 @@ torch::serialize::InputArchive CheckpointReader::nested(const std::string& key) 
   if (bytes.scalar_type() != at::kByte || bytes.dim() != 1 || !bytes.is_contiguous()) {
     fail("has a malformed '", key, "_bytes' section");
   }
-  nested.load_from(static_cast<const char*>(bytes.data_ptr()),
-                   static_cast<std::size_t>(bytes.numel()));
+  const auto on_host = bytes.cpu();
+  nested.load_from(static_cast<const char*>(on_host.data_ptr()),
+                   static_cast<std::size_t>(on_host.numel()), device_);
   return nested;
 }
 

@@ -29,8 +29,11 @@ std::vector<std::string> split_lines(const std::string& text);
 /// in every error.
 class CheckpointReader {
  public:
-  /// Reads and parses `path`; throws CheckpointError naming it when it cannot.
-  explicit CheckpointReader(const std::filesystem::path& path);
+  /// Reads and parses `path`, its tensors placed on `device` whatever device they were saved from
+  /// (a checkpoint of a CUDA run read on the CPU and the other way round, as Python's
+  /// `torch.load(map_location=...)`); throws CheckpointError naming it when it cannot.
+  explicit CheckpointReader(const std::filesystem::path& path,
+                            c10::Device device = c10::Device(c10::kCPU));
 
   /// The file's header (step, run identity).
   const CheckpointHeader& header() const noexcept { return header_; }
@@ -55,6 +58,7 @@ class CheckpointReader {
  private:
   std::filesystem::path path_;
   CheckpointHeader header_;
+  c10::Device device_;
   torch::serialize::InputArchive archive_;
 };
 

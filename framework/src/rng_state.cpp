@@ -28,7 +28,7 @@ at::Tensor RngState::capture_cpu() {
 void RngState::restore_cpu(const at::Tensor& state) {
   auto generator = at::detail::getDefaultCPUGenerator();
   const std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
+  generator.set_state(state.cpu());  // a checkpoint read for a GPU run has it there
 }
 
 RngState RngState::capture() {
@@ -47,7 +47,7 @@ void RngState::restore() const {
   for (std::size_t i = 0; i < cuda_.size() && i < devices; ++i) {
     auto generator = cuda_generator(i);
     const std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(cuda_[i]);
+    generator.set_state(cuda_[i].cpu());
   }
 }
 
