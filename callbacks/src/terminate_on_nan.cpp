@@ -9,8 +9,11 @@
 #include <torchbus/state.hpp>
 
 #include <ATen/Dispatch.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace torchbus {
 
@@ -61,6 +64,7 @@ TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options)
 
 void TerminateOnNaN::on_action_start(State& state) {
   parameters_.clear();
+  in_flight_.clear();
   if (options_.check_gradients() && state.model != nullptr) {
     parameters_ = state.model->parameters();
   }
@@ -94,6 +98,12 @@ void TerminateOnNaN::on_after_backward(State& state) {
 }
 
 void TerminateOnNaN::on_before_optimizer_step(State& state) {
+  // A GPU's flags of earlier steps first: a non-finite one stops the run at this step.
+  if (read_in_flight(state, /*wait=*/false)) {
+    flags_.clear();
+    checks_.clear();
+    return;
+  }
   if (options_.check_gradients()) {
     gradient_flags_.clear();
     for (const auto& parameter : parameters_) {
@@ -106,18 +116,65 @@ void TerminateOnNaN::on_before_optimizer_step(State& state) {
     }
   }
   if (flags_.empty()) return;
-  const auto stacked = at::stack(flags_);
-  // The one host sync per step.
-  if (stacked.all().item<bool>()) {
-    flags_.clear();
-    checks_.clear();
-    return;
+  // Flags of the CPU beside a device's (a custom tensor on the host beside a GPU's loss) join the
+  // device's, which are read without waiting for the device.
+  auto device = c10::Device(c10::kCPU);
+  for (const auto& flag : flags_) {
+    if (!flag.device().is_cpu()) device = flag.device();
   }
-  const auto host = stacked.cpu();
-  const auto* finite = host.data_ptr<bool>();
+  for (auto& flag : flags_) flag = flag.to(device);
+  const auto stacked = at::stack(flags_);
+  if (stacked.device().is_cpu()) {
+    // On the CPU the flags are computed by now: reading them waits for nothing.
+    if (!stacked.all().item<bool>()) {
+      report(state, stacked.contiguous().data_ptr<bool>(), checks_, state.step, state.epoch,
+             /*before_update=*/true);
+    }
+  } else {
+    send_to_host(stacked, state);
+  }
+  flags_.clear();
+  checks_.clear();
+}
+
+void TerminateOnNaN::send_to_host(const at::Tensor& flags, const State& state) {
+  auto host = at::empty(flags.sizes(), flags.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(flags, /*non_blocking=*/true);
+  const c10::impl::VirtualGuardImpl device(flags.device().type());
+  c10::Event copied(flags.device().type());
+  copied.record(device.getStream(flags.device()));
+  in_flight_.push_back(
+      InFlight{std::move(host), std::move(copied), checks_, state.step, state.epoch});
+}
+
+bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
+  // Waiting happens at the end of an epoch or of the action, after the last update.
+  const bool before_update = !wait;
+  while (!in_flight_.empty()) {
+    auto& oldest = in_flight_.front();
+    if (!oldest.copied.query()) {
+      if (!wait) return false;
+      std::this_thread::yield();
+      continue;
+    }
+    const auto* finite = oldest.host.data_ptr<bool>();
+    const auto count = static_cast<std::size_t>(oldest.host.numel());
+    if (std::all_of(finite, finite + count, [](bool flag) { return flag; })) {
+      in_flight_.pop_front();
+      continue;
+    }
+    report(state, finite, oldest.checks, oldest.step, oldest.epoch, before_update);
+    in_flight_.clear();
+    return true;
+  }
+  return false;
+}
+
+void TerminateOnNaN::report(State& state, const bool* finite, const std::vector<Check>& checks,
+                            std::int64_t step, std::int64_t epoch, bool before_update) {
   std::size_t bad = 0;
   while (finite[bad]) ++bad;
-  const auto& check = checks_[bad];
+  const auto& check = checks[bad];
   std::string what;
   if (check.tensor == options_.tensors().size()) {
     what = "a gradient";
@@ -125,14 +182,31 @@ void TerminateOnNaN::on_before_optimizer_step(State& state) {
     what = detail::concat("tensor '", options_.tensors()[check.tensor], "' of batch ",
                           check.global_batch);
   }
+  std::string outcome;
+  if (step == state.step && before_update) {
+    outcome = "; the step's update was skipped and training stops";
+  } else {
+    // A GPU's flags, read once they had reached the host.
+    outcome = detail::concat(
+        "; read ", state.step - step,
+        " step(s) later without waiting for the GPU: the updates of steps ", step, " to ",
+        state.step - 1, " were applied",
+        before_update ? detail::concat(", step ", state.step, "'s is skipped") : std::string(),
+        " and training stops");
+  }
   reason_ = detail::concat("TerminateOnNaN: ", what, " is not finite (NaN or infinite) at step ",
-                           state.step, " (0-based), epoch ", state.epoch,
-                           "; the step's update was skipped and training stops");
+                           step, " (0-based), epoch ", epoch, outcome);
   logger()->error(reason_);
-  state.skip_update = true;
+  if (before_update) state.skip_update = true;
   state.request_stop(reason_);
-  flags_.clear();
-  checks_.clear();
+}
+
+void TerminateOnNaN::on_epoch_end(State& state) {
+  read_in_flight(state, /*wait=*/true);
+}
+
+void TerminateOnNaN::on_action_end(State& state) {
+  read_in_flight(state, /*wait=*/true);
 }
 
 void TerminateOnNaN::save_state(torch::serialize::OutputArchive& archive) const {
