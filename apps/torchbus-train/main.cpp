@@ -16,6 +16,7 @@
 #include "startup_signals.hpp"
 #include "stop_signals.hpp"
 #include "summary.hpp"
+#include "training_device.hpp"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -58,6 +59,7 @@ struct Flags {
   double lr = 1e-3;
   std::string optimizer = "adam";
   std::string precision = "32";
+  std::string device = "auto";
   bool channels_last = false;
   std::uint64_t seed = 42;
   std::int64_t val_every = 1;
@@ -305,6 +307,10 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "32 | bf16-mixed (autocast to bfloat16; CPUs with AVX-512, GPUs) | 16-mixed "
                  "(float16 with loss scaling; CUDA only)")
       ->check(CLI::IsMember({"32", "bf16-mixed", "16-mixed"}));
+  app.add_option("--device", flags.device,
+                 "auto | cpu | cuda | cuda:N: where to train (auto: the first CUDA device when "
+                 "this LibTorch has CUDA and a GPU is visible, else the CPU)")
+      ->check(CLI::Validator(train::check_device_text, "auto | cpu | cuda | cuda:N"));
   app.add_flag("--channels-last", flags.channels_last,
                "keep the CNN's weights and images in channels_last (NHWC) memory format: faster "
                "with --precision bf16-mixed");
@@ -504,8 +510,8 @@ bool validates(const Flags& flags) {
   return flags.val_every > 0 || flags.val_every_steps > 0;
 }
 
-/// Flag combinations that cannot work, found before anything is written.
-void check_flag_combinations(const Flags& flags) {
+/// Flag combinations that cannot work (on `device`), found before anything is written.
+void check_flag_combinations(const Flags& flags, const c10::Device& device) {
   if (flags.early_stopping > 0 && !validates(flags)) {
     throw UsageError(
         "--early-stopping watches val_loss: it needs --val-every > 0 or --val-every-steps > 0");
@@ -537,7 +543,7 @@ void check_flag_combinations(const Flags& flags) {
                      (flags.find_lr ? "--find-lr" : "--fast-dev-run"));
   }
   try {
-    torchbus::check_precision_supported(torchbus::parse_precision(flags.precision), torch::kCPU);
+    torchbus::check_precision_supported(torchbus::parse_precision(flags.precision), device);
   } catch (const torchbus::ConfigError& error) {
     throw UsageError("--precision " + flags.precision + ": " + error.what());
   }
@@ -621,6 +627,7 @@ train::JsonObject describe_run(const Flags& flags) {
           {"lr", flags.lr},
           {"optimizer", flags.optimizer},
           {"precision", flags.precision},
+          {"device", flags.device},
           {"channels_last", flags.channels_last ? "1" : "0"},
           {"scheduler", flags.scheduler},
           {"ema", flags.ema},
@@ -697,15 +704,18 @@ struct RankBatches {
 };
 
 RankBatches rank_batches(const Flags& flags, const train::Dataset& data,
-                         const torchbus::ProcessGroup& group) {
+                         const torchbus::ProcessGroup& group, const c10::Device& device) {
   const int rank = group.rank();
   const int world_size = group.world_size();
+  // Batches for a GPU are gathered into page-locked memory: the trainer's copy to the device then
+  // returns at once, and the next batch is gathered while the GPU works.
+  const bool pin = device.is_cuda();
   return {train::ShuffledBatches(data.train_inputs, data.train_targets, flags.batch_size,
                                  /*shuffle=*/true, flags.seed,
-                                 {rank, world_size, /*equal_sizes=*/true}),
+                                 {rank, world_size, /*equal_sizes=*/true}, pin),
           train::ShuffledBatches(data.validation_inputs, data.validation_targets, flags.batch_size,
                                  /*shuffle=*/false, flags.seed,
-                                 {rank, world_size, /*equal_sizes=*/false})};
+                                 {rank, world_size, /*equal_sizes=*/false}, pin)};
 }
 
 /// Refuses a --limit-*-batches fraction that keeps no batch of this data: a usage error, found
@@ -744,7 +754,8 @@ std::string stop_reason_of(const torchbus::State& state, const Flags& flags) {
 /// its own without callbacks (nothing is written, no checkpoint of the sweep). The model and the
 /// random generator are as before it, so the run trains as one given --lr with the lr found.
 torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
-                                 const torch::nn::Sequential& model, int world_size) {
+                                 const torch::nn::Sequential& model, int world_size,
+                                 const c10::Device& device) {
   if (world_size > 1) {
     throw UsageError(
         "--find-lr runs the learning-rate range test in one process; run it without mpirun, "
@@ -761,6 +772,7 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
           .max_epochs(-1)
           .max_steps(options.num_steps())
           .accumulate_grad_batches(flags.accumulate)
+          .device(device)
           .seed(flags.seed)
           .precision(torchbus::parse_precision(flags.precision))
           .channels_last(flags.channels_last)
@@ -771,7 +783,7 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
     }
   });
   train::ShuffledBatches batches(data.train_inputs, data.train_targets, flags.batch_size,
-                                 /*shuffle=*/true, flags.seed);
+                                 /*shuffle=*/true, flags.seed, {}, device.is_cuda());
   auto result = torchbus::find_learning_rate_source(trainer, batches, options);
   exit_if_signalled_during_startup();
   if (!result.suggestion) {
@@ -884,8 +896,10 @@ int run(Flags flags) {
   torch::nn::Sequential model{nullptr};
   std::string identity;
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
+  train::TrainingDevice device;
   train::run_agreed(*group, [&] {
-    check_flag_combinations(flags);
+    device = train::resolve_device(flags.device, world_size);
+    check_flag_combinations(flags, device.device);
     if (flags.threads > 0) {
       torch::set_num_threads(flags.threads);
       train::set_blas_threads(flags.threads);
@@ -897,12 +911,12 @@ int run(Flags flags) {
     torch::manual_seed(flags.seed);
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
-    check_batch_limits(flags, rank_batches(flags, data, *group));
+    check_batch_limits(flags, rank_batches(flags, data, *group, device.device));
     model = make_model(flags, data);
     std::string init_from_sha256;
     if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
     if (flags.find_lr) {
-      lr_found = find_lr(flags, data, model, world_size);
+      lr_found = find_lr(flags, data, model, world_size, device.device);
       flags.lr = *lr_found->suggestion;  // in the identity, the options and the summary
     }
     identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256);
@@ -950,6 +964,7 @@ int run(Flags flags) {
           .seed(flags.seed)
           .precision(torchbus::parse_precision(flags.precision))
           .channels_last(flags.channels_last)
+          .device(device.device)
           .run_identity(identity);
   torchbus::Trainer trainer(
       model, *optimizer,
@@ -960,11 +975,12 @@ int run(Flags flags) {
   trainer.set_process_group(group);  // the log lines of a world of several name their rank
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
+  log->info("device: {} ({})", device.device.str(), device.how);
   log->info("memory: {}", allocator);
   if (const auto reclaimed = train::reclaimed_stop_signals(); !reclaimed.empty()) {
     log->info("stop signals: {} taken back from a library loaded with LibTorch", reclaimed);
   }
-  auto batches = rank_batches(flags, data, *group);
+  auto batches = rank_batches(flags, data, *group, device.device);
   trainer.add(std::make_shared<train::Accuracy>());
   add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
   // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
@@ -1056,6 +1072,7 @@ int run(Flags flags) {
         {"options", run_options},
         {"identity", identity},
         {"world_size", world_size},
+        {"device", device.device.str()},
         {"steps", state.step},
         {"epochs", state.epoch},
         {"final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch")},

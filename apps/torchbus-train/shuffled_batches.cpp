@@ -15,11 +15,12 @@ std::int64_t rows_of_shard(std::int64_t rows, const Shard& shard) {
 }  // namespace
 
 ShuffledBatches::ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size,
-                                 bool shuffle, std::uint64_t seed, Shard shard)
+                                 bool shuffle, std::uint64_t seed, Shard shard, bool pin_memory)
     : inputs_(std::move(inputs)),
       targets_(std::move(targets)),
       batch_size_(batch_size),
       shuffle_(shuffle),
+      pin_memory_(pin_memory),
       seed_(seed),
       shard_(shard),
       shard_rows_(rows_of_shard(inputs_.size(0), shard)) {}
@@ -44,8 +45,17 @@ bool ShuffledBatches::next(torchbus::Batch& batch) {
   const auto rows = order_.size(0);
   if (offset_ >= rows) return false;
   const auto indices = order_.slice(0, offset_, std::min(rows, offset_ + batch_size_));
-  batch.data = inputs_.index_select(0, indices);
-  batch.target = targets_.index_select(0, indices);
+  const auto gather = [&](const at::Tensor& from) {
+    if (!pin_memory_) return from.index_select(0, indices);
+    auto shape = from.sizes().vec();
+    shape[0] = indices.size(0);
+    // A fresh page-locked block per batch: LibTorch's host allocator reuses one only once the
+    // copies reading it are done.
+    auto pinned = at::empty(shape, from.options().pinned_memory(true));
+    return at::index_select_out(pinned, from, 0, indices);
+  };
+  batch.data = gather(inputs_);
+  batch.target = gather(targets_);
   offset_ += batch_size_;
   return true;
 }

@@ -22,11 +22,12 @@ struct Shard {
 };
 
 /// Yields batches of (inputs, targets) of this rank's shard in an order drawn from `seed` and the
-/// epoch number, so a run with the same seed sees the same batches.
+/// epoch number, so a run with the same seed sees the same batches. With `pin_memory` each batch
+/// is gathered into page-locked memory (for a GPU: the copy to it then does not block the host).
 class ShuffledBatches final : public torchbus::BatchSource {
  public:
   ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size, bool shuffle,
-                  std::uint64_t seed, Shard shard = {});
+                  std::uint64_t seed, Shard shard = {}, bool pin_memory = false);
   void start_epoch(std::int64_t epoch) override;
   bool next(torchbus::Batch& batch) override;
   std::int64_t skip(std::int64_t count) override;
@@ -41,6 +42,7 @@ class ShuffledBatches final : public torchbus::BatchSource {
   at::Tensor inputs_, targets_, order_;
   std::int64_t batch_size_;
   bool shuffle_;
+  bool pin_memory_;
   std::uint64_t seed_;
   Shard shard_;
   std::int64_t shard_rows_;

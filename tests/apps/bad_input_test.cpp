@@ -7,6 +7,7 @@
 #include "run_train.hpp"
 #include "summary_json.hpp"
 
+#include <torch/cuda.h>
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 #include <support/scratch.hpp>
@@ -117,6 +118,44 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
     BOOST_TEST(lines(result.output) <= 3, result.output);
     BOOST_TEST(!fs::exists(out), c.arguments << ": " << out << " was created");
   }
+}
+
+// --device names a device this machine has: a malformed one, or CUDA where there is none, is a
+// usage error naming what is visible, before OUT is created; auto trains on the CPU and says why.
+BOOST_AUTO_TEST_CASE(devices_that_are_not_there_are_usage_errors_naming_what_is_visible) {
+  const auto out = scratch_path("bad_input_test", "device_out");
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"--device gpu", "expected auto, cpu, cuda or cuda:N (N a device index), got 'gpu'"},
+      {"--device cuda:x", "expected auto, cpu, cuda or cuda:N (N a device index), got 'cuda:x'"},
+      {"--device cpu --precision 16-mixed", "needs a CUDA device, got cpu"},
+  };
+  if (!torch::cuda::is_available()) {
+    for (const auto* device : {"cuda", "cuda:0", "cuda:3"}) {
+      cases.emplace_back(std::string("--device ") + device,
+                         std::string("--device ") + device +
+                             ": CUDA is not available: a LibTorch without CUDA, or no GPU "
+                             "visible; visible: cpu");
+    }
+  } else {
+    const auto missing = std::to_string(torch::cuda::device_count());
+    cases.emplace_back("--device cuda:" + missing, "there is no CUDA device " + missing);
+  }
+  for (const auto& [arguments, message] : cases) {
+    const auto result = run_briefly(arguments + " --out " + out.string());
+    BOOST_TEST(result.status == 2, arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, message), arguments << ": " << result.output);
+    BOOST_TEST(lines(result.output) <= 3, result.output);
+    BOOST_TEST(!fs::exists(out), arguments << ": " << out << " was created");
+  }
+  if (torch::cuda::is_available()) return;
+  const auto cpu = scratch("bad_input_test", "device_auto");
+  const auto result = run_briefly("--epochs 1 --max-steps 2 --no-progress --out " + cpu.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(has(result.output,
+                 "device: cpu (auto: CUDA is not available: a LibTorch without CUDA, or no GPU "
+                 "visible)"),
+             result.output);
+  BOOST_TEST(json_string(read_text(cpu / "summary.json"), "device") == "cpu");
 }
 
 // --lr's bound is what the run can really do: Adam's first step, 10 lr, is a float32 in LibTorch

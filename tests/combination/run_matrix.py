@@ -958,6 +958,7 @@ BAD_FLAGS = [
     (["--limit-train-batches", "1.5"], "--limit-train-batches"),
     (["--accumulate-schedule", "0:0"], "--accumulate-schedule"),
     (["--threads", "100000"], "--threads"),
+    (["--device", "gpu"], "--device"),
 ]
 # A small run with several checkpoints, interrupted (no summary) so that a resume trains on: 120
 # steps (6 epochs of 20 batches), SIGTERM once step FAULT_STOP is logged. It stops at the next step
