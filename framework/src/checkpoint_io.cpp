@@ -356,8 +356,9 @@ Checkpoint checkpoint_of(const fs::path& path, const FitProgress& progress) {
 }
 
 void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
-  // Its tensors where the model trains, whatever device wrote them.
-  CheckpointReader reader(path, parts.state.device);
+  // Its tensors on the device the model trains on, whatever device wrote them (also when loaded
+  // before fit() has moved the model there: fit() moves the parameters, not the optimizer state).
+  CheckpointReader reader(path, parts.options.device());
   // 1. Read and validate everything; nothing changes yet.
   const auto& identity = parts.options.run_identity();
   if (!identity.empty() && reader.header().identity != identity) {
