@@ -10,8 +10,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <initializer_list>
 #include <thread>
@@ -101,6 +107,38 @@ std::string without_location(const std::string& message) {
   return message;
 }
 
+/// Whether a process accepts TCP connections at `address`:`port` now: connects (waiting at most
+/// `wait`) and closes at once.
+bool accepts_connections(const std::string& address, int port, Clock::duration wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    return false;
+  }
+  bool accepted = false;
+  for (auto* candidate = found; candidate != nullptr && !accepted; candidate = candidate->ai_next) {
+    const int fd = socket(candidate->ai_family, candidate->ai_socktype | SOCK_NONBLOCK,
+                          candidate->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, candidate->ai_addr, candidate->ai_addrlen) == 0) {
+      accepted = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd poll_fd{fd, POLLOUT, 0};
+      const auto milliseconds = std::chrono::duration_cast<std::chrono::milliseconds>(wait);
+      int error = 0;
+      socklen_t length = sizeof error;
+      accepted = poll(&poll_fd, 1,
+                      static_cast<int>(std::max<std::int64_t>(0, milliseconds.count()))) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return accepted;
+}
+
 bool is_loopback(const std::string& address) {
   return address == "127.0.0.1" || address == "localhost" || address == "::1";
 }
@@ -124,6 +162,9 @@ void DistributedOptions::validate() const {
                  "DistributedOptions::timeout must be positive, got ", timeout().count(), " ms");
   TORCHBUS_CHECK(bucket_bytes() > 0, ConfigError,
                  "DistributedOptions::bucket_bytes must be positive, got ", bucket_bytes());
+  TORCHBUS_CHECK(wait_report_interval().count() > 0, ConfigError,
+                 "DistributedOptions::wait_report_interval must be positive, got ",
+                 wait_report_interval().count(), " ms");
 }
 
 /// The c10d objects of a world of more than one process.
@@ -142,7 +183,11 @@ struct ProcessGroup::Backend {
     detail::use_classic_store_loop(store_options);
     c10::intrusive_ptr<c10d::Store> tcp;
     try {
-      tcp = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);
+      if (store_options.isServer) {
+        tcp = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);
+      } else {
+        tcp = reach_store(environment, options, store_options, where);
+      }
     } catch (const std::exception& error) {
       throw DistributedError(detail::concat(
           "rank ", environment.rank, " could not ", store_options.isServer ? "host" : "reach",
@@ -164,6 +209,41 @@ struct ProcessGroup::Backend {
     }
   }
 
+  /// Connects to the store another process hosts once something listens at its address (probed
+  /// with plain connections, which c10d neither sees nor logs), saying every report interval what
+  /// it waits for and since when; fails at the timeout.
+  static c10::intrusive_ptr<c10d::Store> reach_store(const LaunchEnvironment& environment,
+                                                     const DistributedOptions& options,
+                                                     c10d::TCPStoreOptions store_options,
+                                                     const std::string& where) {
+    const auto start = Clock::now();
+    auto next_report = start + options.wait_report_interval();
+    for (;;) {
+      const auto now = Clock::now();
+      const auto left = options.timeout() - (now - start);
+      if (accepts_connections(environment.master_addr, environment.master_port,
+                              std::min<Clock::duration>(left, kRendezvousPoll * 10))) {
+        store_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(left);
+        auto store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);
+        store->setTimeout(options.timeout());
+        return store;
+      }
+      if (Clock::now() - start >= options.timeout()) {
+        throw std::runtime_error(detail::concat("nothing accepted a connection at ", where));
+      }
+      if (Clock::now() >= next_report) {
+        logger()->info(
+            "rank {} of {}: the rendezvous store at {} (hosted by {}) is not up after {}; waiting "
+            "for it until {} (DistributedOptions::timeout)",
+            environment.rank, environment.world_size, where,
+            environment.agent_store ? "torchrun's agent" : "rank 0",
+            seconds_of(Clock::now() - start), seconds_of(options.timeout()));
+        next_report += options.wait_report_interval();
+      }
+      std::this_thread::sleep_for(kRendezvousPoll);
+    }
+  }
+
   /// Waits until every rank has checked in at the store. A waiting rank counts up its arrival
   /// key every kHeartbeatInterval; throws DistributedError naming the ranks that did not arrive
   /// within the timeout, a rank that arrived and then fell silent for kHeartbeatSilence (killed,
@@ -176,6 +256,7 @@ struct ProcessGroup::Backend {
     std::vector<Heartbeat> heard(static_cast<std::size_t>(environment.world_size));
     std::int64_t beats = 0;
     auto next_beat = start;
+    auto next_report = start;
     try {
       for (;;) {
         const auto now = Clock::now();
@@ -196,7 +277,14 @@ struct ProcessGroup::Backend {
             logger()->info("rank {} of {} is at the rendezvous at {}, waiting for rank(s) {}",
                            environment.rank, environment.world_size, where,
                            detail::join_or_none(missing));
+          } else if (now >= next_report) {
+            logger()->info(
+                "rank {} of {}: still waiting at the rendezvous at {} for rank(s) {} after {}; "
+                "until {} (DistributedOptions::timeout)",
+                environment.rank, environment.world_size, where, detail::join_or_none(missing),
+                seconds_of(now - start), seconds_of(options.timeout()));
           }
+          if (now >= next_report) next_report = now + options.wait_report_interval();
           listen(environment, where, missing, heard, now);
         }
         std::this_thread::sleep_for(kRendezvousPoll);

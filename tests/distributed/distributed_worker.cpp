@@ -4,6 +4,7 @@
 // OUT/rank<r>.txt and OUT/rank<r>.params (or OUT/rank<r>.error when it fails).
 //
 // Arguments are name=value: out, batch, accumulate, epochs, steps, bucket_bytes, timeout_ms,
+// report_ms,
 // stop_rank/stop_step/stop_event (request a stop there; event StepEnd by default, or
 // AfterBackward), skip_rank/skip_step/skip_event (set skip_update there; AfterBackward by default,
 // or BeforeOptimizerStep), throw_rank/throw_step (throw there),
@@ -75,6 +76,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   const auto group = torchbus::ProcessGroup::from_environment(
       torchbus::DistributedOptions()
           .timeout(std::chrono::milliseconds(number(args, "timeout_ms", 20000)))
+          .wait_report_interval(std::chrono::milliseconds(number(args, "report_ms", 5000)))
           .bucket_bytes(number(args, "bucket_bytes", 600)));
   const int rank = group->rank();
   Synthetic dataset;

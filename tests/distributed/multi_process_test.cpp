@@ -378,24 +378,48 @@ BOOST_AUTO_TEST_CASE(world_size_without_rank_is_a_clear_error) {
              std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(an_unreachable_store_or_a_missing_rank_fails_within_the_timeout) {
+// A rank that waits at the rendezvous says so every wait_report_interval (here 0.5 s) with how long
+// it has waited, and fails at the timeout naming what did not come: the store's host (rank 1
+// alone), the ranks that did not arrive (rank 0 alone). Found by a fault campaign: a rank whose
+// store host was killed waited out 300 s printing nothing.
+BOOST_AUTO_TEST_CASE(an_unreachable_store_or_a_missing_rank_is_reported_while_waited_for) {
   TempDir out("distributed");
-  const auto port = free_port();
+  const auto count = [](const std::string& text, const std::string& part) {
+    std::size_t n = 0;
+    for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+    return n;
+  };
+  const std::vector<std::string> command{kWorker, "out=" + out.path.string(), "timeout_ms=3000",
+                                         "report_ms=500"};
   // Rank 1 alone: nobody hosts the store at MASTER_ADDR:MASTER_PORT.
+  const auto port = free_port();
+  auto start = std::chrono::steady_clock::now();
   auto launch =
-      run_torchrun_style(kWorker, {"out=" + out.path.string(), "timeout_ms=2000"}, 2, port, {1});
+      wait_all({spawn(command, torchrun_environment(1, 2, port), out.path / "r1.log")}, start);
   BOOST_TEST(launch.exit_codes == std::vector<int>{1});
   BOOST_TEST(launch.seconds < 15.0);
+  const auto where = "127.0.0.1:" + std::to_string(port);
   BOOST_TEST(read_text(out.path / "rank1.error")
-                 .find("rank 1 could not reach the rendezvous store at 127.0.0.1:" +
-                       std::to_string(port)) != std::string::npos);
+                 .find("rank 1 could not reach the rendezvous store at " + where) !=
+             std::string::npos);
+  const auto waiting = read_text(out.path / "r1.log");
+  BOOST_TEST(count(waiting, "rank 1 of 2: the rendezvous store at " + where +
+                                " (hosted by rank 0) is not up after ") >= 3u,
+             waiting);
+  BOOST_TEST(waiting.find("is not up after 1.") != std::string::npos, waiting);
   // Rank 0 alone: rank 1 never arrives.
-  launch = run_torchrun_style(kWorker, {"out=" + out.path.string(), "timeout_ms=2000"}, 2,
-                              free_port(), {0});
+  const auto other_port = free_port();
+  start = std::chrono::steady_clock::now();
+  launch = wait_all({spawn(command, torchrun_environment(0, 2, other_port), out.path / "r0.log")},
+                    start);
   BOOST_TEST(launch.exit_codes == std::vector<int>{1});
   BOOST_TEST(launch.seconds < 15.0);
   BOOST_TEST(read_text(out.path / "rank0.error").find("rank(s) 1 of 2 did not arrive") !=
              std::string::npos);
+  const auto waited = read_text(out.path / "r0.log");
+  BOOST_TEST(count(waited, "rank 0 of 2: still waiting at the rendezvous at 127.0.0.1:" +
+                               std::to_string(other_port) + " for rank(s) 1 after ") >= 2u,
+             waited);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

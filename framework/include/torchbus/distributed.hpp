@@ -27,6 +27,9 @@ struct DistributedOptions {
   /// Largest gradient bucket in bytes: gradients are averaged with one all-reduce per bucket, the
   /// first (the model's last layers, whose gradients are ready first) at most 1 MiB, as DDP's.
   TORCH_ARG(std::int64_t, bucket_bytes) = std::int64_t{25} << 20;
+  /// How often a rank waiting at the rendezvous (for the store to come up, or for the other
+  /// ranks to arrive) logs what it waits for and since when.
+  TORCH_ARG(std::chrono::milliseconds, wait_report_interval) = std::chrono::seconds(5);
 
  public:
   /// Throws ConfigError naming the first option that is out of range.
