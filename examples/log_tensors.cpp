@@ -48,7 +48,7 @@ int main() {
     return t.compute_loss(logits, batch.target);
   });
   trainer.add(std::make_shared<NamedTensorLogger>(
-      std::vector<std::string>{"loss", "confidence", "logits"}, 16));
+      std::vector<std::string>{"step_loss", "confidence", "logits"}, 16));
 
   auto batches = toy::batches();
   trainer.fit(batches);

@@ -16,7 +16,7 @@ AllPredictionsSame::AllPredictionsSame(AllPredictionsSameOptions options)
     : Callback(options.name()), options_(std::move(options)) {
   // Also watches the sanity validation (a Monitor's default is to sit it out): a model whose
   // predictions are constant from the start shows before training.
-  set_role(Role::Monitor).run_during(Phase::SanityCheck);
+  set_role(Role::Monitor).run_during(RunStage::SanityCheck);
   TORCHBUS_CHECK(!options_.output().empty(), ConfigError,
                  "AllPredictionsSame: the output tensor name must not be empty");
 }

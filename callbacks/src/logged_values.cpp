@@ -26,9 +26,8 @@ std::string what_is_wrong(const std::string& name, const at::Tensor& tensor) {
 
 /// The typed value of `state` that `name` stands for, or null when `name` is a tensor of the store.
 const at::Tensor* typed_value(const State& state, std::string_view name) noexcept {
-  if (name == tensor_names::kLoss) {
-    return state.batch_loss().defined() ? &state.batch_loss() : &state.step_loss();
-  }
+  if (name == tensor_names::kLoss) return &state.batch_loss();
+  if (name == tensor_names::kStepLoss) return &state.step_loss();
   if (name == tensor_names::kOutput) return &state.batch_output();
   if (name == tensor_names::kTarget) return &state.batch_target();
   return nullptr;
@@ -43,7 +42,8 @@ const at::Tensor* find_step_tensor(const State& state, std::string_view name) no
 
 std::vector<std::string> step_tensor_names(const State& state) {
   std::vector<std::string> names;
-  for (const auto name : {tensor_names::kLoss, tensor_names::kOutput, tensor_names::kTarget}) {
+  for (const auto name : {tensor_names::kLoss, tensor_names::kStepLoss, tensor_names::kOutput,
+                          tensor_names::kTarget}) {
     if (find_step_tensor(state, name) != nullptr) names.emplace_back(name);
   }
   for (auto& name : state.tensors.names()) {

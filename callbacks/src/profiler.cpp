@@ -26,7 +26,7 @@ double seconds(std::int64_t nanoseconds) {
   return static_cast<double>(nanoseconds) * 1e-9;
 }
 
-/// Name and span of each phase, in the order of Profiler's Phase enum.
+/// Name and span of each phase, in the order of Profiler's LoopPhase enum.
 struct PhaseName {
   const char* name;
   const char* span;
@@ -35,7 +35,7 @@ constexpr std::array<PhaseName, 6> kPhaseNames{{
     {"data", "StepEnd..StepStart"},
     {"forward", "BatchStart..BeforeBackward"},
     {"backward", "BeforeBackward..AfterBackward"},
-    {"gradient_sync", "BatchEnd..BeforeOptimizerStep"},
+    {"gradient_sync", "AfterBackward..BeforeOptimizerStep"},
     {"optimizer", "BeforeOptimizerStep..AfterOptimizerStep"},
     {"evaluation", "EvalStart..EvalEnd"},
 }};
@@ -112,9 +112,9 @@ void Profiler::on_added(Trainer& trainer) {
   last(Event::StepEnd, [this] { open(kData); });
   last(Event::EvalEnd, [this] { open(kData); });
   last(Event::BatchStart, [this] { open(kForward); });
-  // Under a process group the trainer averages the gradients after the window's last batch.
+  // Under a process group the trainer averages the gradients after the window's last backward.
   bus.on(
-      Event::BatchEnd,
+      Event::AfterBackward,
       [this](State& state) {
         if (active_ && state.world_size > 1 && state.window_position + 1 == state.window_size) {
           open(kGradientSync);
@@ -138,14 +138,14 @@ void Profiler::start_action(State& state) {
   action_start_ = now_ns();
 }
 
-void Profiler::open(Phase phase) {
+void Profiler::open(LoopPhase phase) {
   auto& clock = phases_[phase];
   clock.open = true;
   clock.subscribers_at = subscriber_ns_;
   clock.start = now_ns();
 }
 
-void Profiler::close(Phase phase) {
+void Profiler::close(LoopPhase phase) {
   auto& clock = phases_[phase];
   if (!clock.open) return;
   const auto end = now_ns();

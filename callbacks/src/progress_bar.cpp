@@ -70,7 +70,7 @@ void ProgressBarOptions::validate() const {
 ProgressBar::ProgressBar(ProgressBarOptions options)
     : Callback(options.name()), options_(std::move(options)) {
   // Writes no file, so it shows a fast dev run too (a Logger's default is to sit it out).
-  set_role(Role::Logger).after(Role::Metrics).run_during(Phase::FastDevRun);
+  set_role(Role::Logger).after(Role::Metrics).run_during(RunStage::FastDevRun);
   options_.validate();
   run_on_rank(0);
   mode_ = options_.mode();

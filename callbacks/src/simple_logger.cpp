@@ -19,7 +19,7 @@ void SimpleLoggerOptions::validate() const {
                  step_freq());
   TORCHBUS_CHECK(!tensors_to_log().empty(), ConfigError,
                  "SimpleLogger: tensors_to_log is empty, so there is nothing to log; name at least "
-                 "one tensor of the tensor store, e.g. {\"loss\"}");
+                 "one tensor of the tensor store, e.g. {\"step_loss\"}");
   for (const auto& name : tensors_to_log()) {
     TORCHBUS_CHECK(!name.empty(), ConfigError,
                    "SimpleLogger: tensors_to_log contains an empty name");
@@ -32,7 +32,7 @@ void SimpleLoggerOptions::validate() const {
 SimpleLogger::SimpleLogger(SimpleLoggerOptions options)
     : Callback(options.name()), options_(std::move(options)) {
   // Writes no file, so it shows a fast dev run too (a Logger's default is to sit it out).
-  set_role(Role::Logger).after(Role::Metrics).run_during(Phase::FastDevRun);
+  set_role(Role::Logger).after(Role::Metrics).run_during(RunStage::FastDevRun);
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);

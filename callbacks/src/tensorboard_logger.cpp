@@ -10,6 +10,7 @@
 #include <torchbus/metric_names.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/tensor_names.hpp>
 #include <torchbus/trainer.hpp>
 
 #include <algorithm>
@@ -84,6 +85,12 @@ std::optional<std::pair<bool, std::string>> grouped_metric(const std::string& na
     }
   }
   return std::nullopt;
+}
+
+/// The tag of tensor `name`'s step scalars in the train sub-run: `<name>`, the step's loss as
+/// `loss` (the tag of the validation's loss in the val sub-run, so that both share a chart).
+std::string train_run_tag(const std::string& name) {
+  return name == tensor_names::kStepLoss ? "loss" : name;
 }
 
 }  // namespace
@@ -208,10 +215,11 @@ EventFileWriter& TensorBoardLogger::writer(Run run) {
   const fs::path file = fs::path(options_.log_dir()) /
                         (run == kTrainRun ? kTrainRunDirectory : kValRunDirectory) /
                         event_file_name();
+  std::vector<std::string> tags;
+  for (const auto& name : options_.tensors_to_log()) tags.push_back(train_run_tag(name));
   try {
-    writer = std::make_unique<EventFileWriter>(file.string(),
-                                               static_cast<std::size_t>(options_.queue_capacity()),
-                                               options_.tensors_to_log());
+    writer = std::make_unique<EventFileWriter>(
+        file.string(), static_cast<std::size_t>(options_.queue_capacity()), std::move(tags));
   } catch (const ConfigError& failure) {
     throw ConfigError(detail::concat(who(), ": ", failure.what()));
   }
@@ -284,7 +292,7 @@ void TensorBoardLogger::hand_over() {
   if (pending_.empty()) return;
   try {
     if (options_.group_train_val()) {
-      // The tensors' scalars (not the learning rate) again in the train sub-run, as "<name>".
+      // The tensors' scalars (not the learning rate) again in the train sub-run (train_run_tag).
       std::vector<ScalarPoint> grouped;
       for (const auto& point : pending_) {
         if (point.tag < tags_.size()) grouped.push_back(point);
@@ -462,7 +470,9 @@ void TensorBoardLogger::write_new_metrics(State& state) {
     std::optional<std::pair<bool, std::string>> grouped;
     if (options_.group_train_val()) grouped = grouped_metric(metric);
     if (grouped && grouped->first &&
-        std::find(tensors.begin(), tensors.end(), grouped->second) != tensors.end()) {
+        std::any_of(tensors.begin(), tensors.end(), [&](const std::string& tensor) {
+          return train_run_tag(tensor) == grouped->second;
+        })) {
       grouped.reset();
     }
     const auto& series = state.metrics.series(metric);

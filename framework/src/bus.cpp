@@ -74,18 +74,19 @@ struct PlainSlot {
   Channels* channels;
   std::size_t channel;
   SubscriberId id;
-  PhaseMask skipped;  // the phases it sits out on this channel
+  RunStageMask skipped;  // the run stages it sits out on this channel
 
   void operator()(State& state) {
-    if (in_phase(state, skipped)) return;
+    if (in_skipped_stage(state, skipped)) return;
     observed(*channels, channel, id, [&] { slot(state); });
   }
 };
 
 /// A subscription behind a filter, as stored in its Signals2 slot; only the calls the filter lets
 /// through are observed. The filter lives in the subscriber's ChannelSlot (one copy per channel),
-/// where checkpoints read its count. The filter counts every call, also one the subscriber's phases
-/// then skip (as when a subscriber returned early by hand): its count does not depend on them.
+/// where checkpoints read its count. The filter counts every call, also one the subscriber's run
+/// stages then skip (as when a subscriber returned early by hand): its count does not depend on
+/// them.
 struct FilteredSlot {
   Filter* filter;
   EventBus::Slot slot;
@@ -93,10 +94,10 @@ struct FilteredSlot {
   Channels* channels;
   std::size_t channel;
   SubscriberId id;
-  PhaseMask skipped;
+  RunStageMask skipped;
 
   void operator()(State& state) {
-    if (filter->passes(event, state) && !in_phase(state, skipped)) {
+    if (filter->passes(event, state) && !in_skipped_stage(state, skipped)) {
       observed(*channels, channel, id, [&] { slot(state); });
     }
   }
@@ -368,7 +369,7 @@ CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, Ev
     entry.channel = index_of(Event::Name);                                                \
     const auto skipped = detail::skipped_on(entry.channel, subscriber->placement);        \
     entry.function = [target = callback, state, id, skipped](State& s) {                  \
-      if (!target->runs_on(s.rank) || detail::in_phase(s, skipped)) return;               \
+      if (!target->runs_on(s.rank) || detail::in_skipped_stage(s, skipped)) return;       \
       detail::observed(*state, index_of(Event::Name), id, [&] { target->on_##name(s); }); \
     };                                                                                    \
     detail::apply_error_policy(entry, subscriber->placement, *state, id);                 \

@@ -21,21 +21,22 @@ namespace torchbus::detail {
 /// Logs the exception being handled as thrown by a subscriber during `during`.
 void log_guarded_error(std::string_view during);
 
-/// Whether `state` is in one of the phases of `skipped` (one branch: the trainer's flags as bits).
-inline bool in_phase(const State& state, PhaseMask skipped) noexcept {
+/// Whether `state` is in one of the run stages of `skipped` (one branch: the trainer's flags as
+/// bits).
+inline bool in_skipped_stage(const State& state, RunStageMask skipped) noexcept {
   const auto current =
-      static_cast<PhaseMask>((state.sanity_checking ? mask_of(Phase::SanityCheck) : 0) |
-                             (state.fast_dev_run ? mask_of(Phase::FastDevRun) : 0));
+      static_cast<RunStageMask>((state.sanity_checking ? mask_of(RunStage::SanityCheck) : 0) |
+                                (state.fast_dev_run ? mask_of(RunStage::FastDevRun) : 0));
   return (current & skipped) != 0;
 }
 
-/// The phases a subscriber placed by `placement` sits out on `channel`. ActionStart and ActionEnd
-/// belong to the action, never to the sanity check inside it: an exception escaping the sanity
-/// check still closes the action at ActionEnd, with State::sanity_checking set.
-inline PhaseMask skipped_on(std::size_t channel, const Placement& placement) noexcept {
-  auto skipped = placement.skipped_phases();
+/// The run stages a subscriber placed by `placement` sits out on `channel`. ActionStart and
+/// ActionEnd belong to the action, never to the sanity check inside it: an exception escaping the
+/// sanity check still closes the action at ActionEnd, with State::sanity_checking set.
+inline RunStageMask skipped_on(std::size_t channel, const Placement& placement) noexcept {
+  auto skipped = placement.skipped_stages();
   if (channel == index_of(Event::ActionStart) || channel == index_of(Event::ActionEnd)) {
-    skipped &= static_cast<PhaseMask>(~mask_of(Phase::SanityCheck));
+    skipped &= static_cast<RunStageMask>(~mask_of(RunStage::SanityCheck));
   }
   return skipped;
 }

@@ -43,13 +43,13 @@ Callback& Callback::before(Role role) {
   return *this;
 }
 
-Callback& Callback::skip_during(Phase phase) noexcept {
-  placement_.skip_during(phase);
+Callback& Callback::skip_during(RunStage stage) noexcept {
+  placement_.skip_during(stage);
   return *this;
 }
 
-Callback& Callback::run_during(Phase phase) noexcept {
-  placement_.run_during(phase);
+Callback& Callback::run_during(RunStage stage) noexcept {
+  placement_.run_during(stage);
   return *this;
 }
 

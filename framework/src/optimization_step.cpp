@@ -10,23 +10,23 @@
 namespace torchbus {
 
 OptimizationStep::OptimizationStep(LoopContext context, const std::vector<OptimizerPhase>& phases,
-                                   bool several, DistributedSync& sync)
+                                   DistributedSync& sync)
     : context_(context),
       phase_list_(phases),
-      several_(several),
       sync_(sync),
       phases_(phases.size()),
       parameters_(phases.size()) {
   for (std::size_t i = 0; i < phases.size(); ++i) {
-    // With phases, each phase's loss has metrics of its own: train_loss/<phase name>.
+    // A named phase's loss has metrics of its own: train_loss/<phase name>; the unnamed phase of a
+    // trainer of one optimizer records train_loss.
     const auto& name = phases[i].name();
     loss_metrics_.push_back(
-        several ? LossMetricNames{detail::concat(metric_names::kTrainLoss, '/', name),
-                                  detail::concat(metric_names::kTrainLossEpoch, '/', name)}
-                : LossMetricNames{std::string(metric_names::kTrainLoss),
-                                  std::string(metric_names::kTrainLossEpoch)});
+        name.empty() ? LossMetricNames{std::string(metric_names::kTrainLoss),
+                                       std::string(metric_names::kTrainLossEpoch)}
+                     : LossMetricNames{detail::concat(metric_names::kTrainLoss, '/', name),
+                                       detail::concat(metric_names::kTrainLossEpoch, '/', name)});
     phases_[i].step_name =
-        several ? detail::concat("train step of optimizer phase '", name, "'") : "train step";
+        name.empty() ? "train step" : detail::concat("train step of optimizer phase '", name, "'");
   }
 }
 
@@ -40,21 +40,19 @@ void OptimizationStep::prepare() {
     run.clip_norm = phase.gradient_clip_norm().value_or(options.gradient_clip_norm());
     run.clip_value = phase.gradient_clip_value().value_or(options.gradient_clip_value());
     run.steps = 0;
-    // One optimizer trains the model; a phase, its optimizer's parameters (those needing a
-    // gradient: the backward of its loss computes theirs and no other's).
+    // A phase trains its optimizer's parameters that need a gradient: they are clipped,
+    // unscaled and synchronised.
     auto& parameters = parameters_[i];
     parameters.clear();
-    if (!several_) {
-      parameters = context_.module.parameters();
-      continue;
-    }
     for (const auto& group : phase.optimizer()->param_groups()) {
       for (const auto& parameter : group.params()) {
         if (parameter.requires_grad()) parameters.push_back(parameter);
       }
     }
-    TORCHBUS_CHECK(!parameters.empty(), ConfigError, "optimizer phase '", phase.name(),
-                   "' has no parameter that requires a gradient; expected its optimizer to hold "
+    TORCHBUS_CHECK(!parameters.empty(), ConfigError,
+                   phase.name().empty() ? std::string("the optimizer")
+                                        : detail::concat("optimizer phase '", phase.name(), "'"),
+                   " has no parameter that requires a gradient; expected its optimizer to hold "
                    "the parameters it trains");
   }
   clear_gradients();
@@ -115,7 +113,7 @@ void OptimizationStep::run_batch(Batch& batch) {
     if (due_batches(i, batch_index, 1) == 0) continue;
     ++run.seen;
     if (!state.cancelled) forward_backward(i, batch);
-    if (several_ && run.seen == run.due) step_phase(i);
+    if (run.seen == run.due) step_phase(i);
   }
   events.close();  // BatchEnd
   state.tensors.clear(Scope::Batch);
@@ -126,7 +124,7 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
   auto& state = context_.state;
   auto& events = context_.events;
   auto& run = phases_[index];
-  if (several_) enter_phase(index);
+  enter_phase(index);
   const auto loss = call_step(context_, &StepHooks::train_step, batch, run.step_name.c_str());
   if (!state.cancelled) {
     detail::StepOutputAccess::set_batch(state, loss, batch.target);
@@ -137,8 +135,10 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
     const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
     detail::StepOutputAccess::set_backward(state, scaled);
     sync_.before_backward(index, !run.has_backward, run.seen == window);
+    // One phase's backward reaches every leaf, as `loss.backward()` does; with several, only
+    // the phase's parameters: a generator's loss leaves the discriminator's gradients alone.
     backward(run.loss_scaler ? run.loss_scaler->scale(scaled) : scaled,
-             several_ ? &parameters_[index] : nullptr);
+             phases_.size() > 1 ? &parameters_[index] : nullptr);
     // A window of one batch reports its loss as is; longer windows sum their scaled losses.
     run.window_loss = window == 1                 ? loss
                       : run.window_loss.defined() ? run.window_loss + scaled.detach()
@@ -146,7 +146,7 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
     run.has_backward = true;
     events.fire(Event::AfterBackward);
   }
-  if (several_) enter_phase(0);
+  enter_phase(0);
 }
 
 // The batches run were scaled by 1 / (the phase's batches of the window): rescaled to 1 / (those
@@ -188,7 +188,7 @@ bool OptimizationStep::finish() {
 void OptimizationStep::step_phase(std::size_t index) {
   auto& state = context_.state;
   auto& run = phases_[index];
-  if (several_) enter_phase(index);
+  enter_phase(index);
   sync_.synchronize(index, run.has_backward, run.window_loss);
   // Unscaled after the all-reduce: every rank finds the same overflow and skips alike.
   const bool scaled = run.loss_scaler && run.has_backward;
@@ -202,28 +202,19 @@ void OptimizationStep::step_phase(std::size_t index) {
     context_.hooks.optimizer_step();
     state.optimizer_phase_step = ++run.steps;
     detail::StepOutputAccess::set_step(state, run.window_loss);
+    state.tensors.set(tensor_names::kStepLoss, run.window_loss, Scope::Step);
     context_.events.fire(Event::AfterOptimizerStep);
   }
   if (scaled) run.loss_scaler->update(overflow);
   if (run.has_backward) clear_gradients(*phase_list_[index].optimizer());
   run.stepped = true;
   run.updated = update;
-  if (several_) {
-    // A skip asked for applies to one phase's step; its loss is read at its AfterOptimizerStep.
-    state.skip_update = false;
-    detail::StepOutputAccess::set_step(state, at::Tensor());
-    enter_phase(0);
-  }
+  state.skip_update = false;  // a skip asked for applies to one phase's step
+  enter_phase(0);
 }
 
 void OptimizationStep::record_losses() {
   auto& state = context_.state;
-  if (!several_) {
-    const auto& loss = phases_.front().window_loss;
-    state.tensors.set(tensor_names::kLoss, loss, Scope::Step);
-    state.record_metric(metric_names::kTrainLoss, loss);
-    return;
-  }
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     if (phases_[i].updated) state.record_metric(loss_metrics_[i].step, phases_[i].window_loss);
   }
@@ -275,12 +266,24 @@ void OptimizationStep::clip_gradients(std::size_t index) {
   }
 }
 
-void OptimizationStep::save(torch::serialize::OutputArchive& archive) const {
+namespace {
+/// The phases' names, one per phase in order.
+std::vector<std::string> phase_names(const std::vector<OptimizerPhase>& phases) {
   std::vector<std::string> names;
+  for (const auto& phase : phases) names.push_back(phase.name());
+  return names;
+}
+
+/// Whether `names` are those of a trainer of one optimizer: one unnamed phase.
+bool one_unnamed_phase(const std::vector<std::string>& names) {
+  return names.size() == 1 && names.front().empty();
+}
+}  // namespace
+
+void OptimizationStep::save(torch::serialize::OutputArchive& archive) const {
   std::vector<std::int64_t> steps;
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     const auto& scaler = phases_[i].loss_scaler;
-    names.push_back(phase_list_[i].name());
     steps.push_back(phases_[i].steps);
     if (!scaler) continue;
     archive.write(
@@ -288,8 +291,10 @@ void OptimizationStep::save(torch::serialize::OutputArchive& archive) const {
         torch::tensor({scaler->current_scale(), static_cast<double>(scaler->growth_tracker())},
                       torch::kDouble));
   }
-  // A trainer of one optimizer writes neither: its step count is the fit's.
-  if (!several_) return;
+  // A trainer of one optimizer writes neither (the format before optimizer phases): its one
+  // phase's step count is the fit's.
+  const auto names = phase_names(phase_list_);
+  if (one_unnamed_phase(names)) return;
   archive.write("optimizer_phases", c10::IValue(detail::join_lines(names)));
   archive.write("optimizer_phase_steps", c10::IValue(steps));
 }
@@ -297,32 +302,28 @@ void OptimizationStep::save(torch::serialize::OutputArchive& archive) const {
 // The phases must be the same, by name and order. The loss scale of a float16 run is absent
 // otherwise (a run in another precision ignores it).
 OptimizationProgress OptimizationStep::read(detail::CheckpointReader& reader) const {
-  std::vector<std::string> names;
-  for (const auto& phase : phase_list_) names.push_back(phase.name());
+  const auto names = phase_names(phase_list_);
   const auto saved_names = reader.optional_value("optimizer_phases");
-  OptimizationProgress progress;
-  if (!several_) {
-    if (saved_names.isString()) {
+  const auto saved = saved_names.isString() ? detail::split_lines(saved_names.toStringRef())
+                                            : std::vector<std::string>{""};
+  if (saved != names) {
+    if (one_unnamed_phase(names)) {
       reader.fail("was written by a trainer of several optimizers (optimizer phases ",
-                  detail::join_or_none(detail::split_lines(saved_names.toStringRef())),
-                  "); this trainer has one optimizer");
+                  detail::join_or_none(saved), "); this trainer has one optimizer");
     }
-    progress.phase_steps = {read_fit_position(reader).step};
-  } else {
-    if (!saved_names.isString()) {
+    if (one_unnamed_phase(saved)) {
       reader.fail("was written by a trainer of one optimizer; this trainer has optimizer phases ",
                   detail::join_or_none(names));
     }
-    const auto saved = detail::split_lines(saved_names.toStringRef());
-    if (saved != names) {
-      reader.fail("was written with optimizer phases ", detail::join_or_none(saved),
-                  "; this trainer's are ", detail::join_or_none(names),
-                  " (same names, same order)");
-    }
-    progress.phase_steps = reader.value("optimizer_phase_steps").toIntVector();
-    if (progress.phase_steps.size() != names.size()) {
-      reader.fail("has a malformed 'optimizer_phase_steps' entry");
-    }
+    reader.fail("was written with optimizer phases ", detail::join_or_none(saved),
+                "; this trainer's are ", detail::join_or_none(names), " (same names, same order)");
+  }
+  OptimizationProgress progress;
+  progress.phase_steps = saved_names.isString()
+                             ? reader.value("optimizer_phase_steps").toIntVector()
+                             : std::vector<std::int64_t>{read_fit_position(reader).step};
+  if (progress.phase_steps.size() != names.size()) {
+    reader.fail("has a malformed 'optimizer_phase_steps' entry");
   }
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     auto scaler = phases_[i].loss_scaler;

@@ -37,15 +37,15 @@ struct OptimizationProgress {
 
 /// The optimization step of a fit: the accumulation window's batches (forward, scaled backward),
 /// the gradients' synchronisation, loss scaling, clipping, the optimizer step and clearing the
-/// gradients, for each optimizer phase. The fit loop calls `begin`, opens StepStart, calls
-/// `run_batch` per batch and `finish`. With one optimizer (`several` false) every optimizer step
-/// runs in `finish`, after the window's last BatchEnd; with phases, each phase's runs right after
-/// its last backward of the window, so that later phases see its update. Owns the loss scalers
-/// (FP16Mixed) and the phases' step counts, which checkpoints keep.
+/// gradients, for each optimizer phase (a trainer of one optimizer has one, unnamed). The fit
+/// loop calls `begin`, opens StepStart, calls `run_batch` per batch and `finish`. Each phase's
+/// optimizer step runs right after its last backward of the window, before that batch's BatchEnd,
+/// so that later phases see its update; a window an epoch end cut short steps in `finish`. Owns
+/// the loss scalers (FP16Mixed) and the phases' step counts, which checkpoints keep.
 class OptimizationStep {
  public:
   /// `phases` (the trainer's; one for a trainer of one optimizer) must outlive the step.
-  OptimizationStep(LoopContext context, const std::vector<OptimizerPhase>& phases, bool several,
+  OptimizationStep(LoopContext context, const std::vector<OptimizerPhase>& phases,
                    DistributedSync& sync);
 
   /// At the start of a fit, the model on its device: caches each phase's parameters, sets up the
@@ -63,8 +63,8 @@ class OptimizationStep {
   /// Starts a window of `batches` batches (before StepStart: its subscribers see the window).
   void begin(std::size_t batches);
   /// Runs one batch of the window: BatchStart; per phase due at it: the phase's train step,
-  /// BeforeBackward, the backward of its loss scaled by the phase's window, AfterBackward (and
-  /// with phases, after the phase's last batch of the window, its optimizer step); BatchEnd.
+  /// BeforeBackward, the backward of its loss scaled by the phase's window, AfterBackward and,
+  /// at the phase's last batch of the window, its optimizer step; BatchEnd.
   void run_batch(Batch& batch);
   /// The window ends after `batches` batches (an epoch end cut it): the gradients and losses of
   /// the phases yet to step are rescaled to those of a window of that many batches.
@@ -72,10 +72,9 @@ class OptimizationStep {
   /// Ends the window: the optimizer step of every phase that ran and has not stepped (see
   /// `step_phase`). Returns whether any phase updated its weights.
   bool finish();
-  /// Records the step's losses (at StepEnd of a step that made an update): with one optimizer
-  /// `kTrainLoss` and the step-scoped "loss" tensor, with phases each updated phase's metric.
+  /// Records the loss metric of each phase that updated its weights (before StepEnd).
   void record_losses();
-  /// The metric names of each phase's loss (with one optimizer: kTrainLoss, kTrainLossEpoch).
+  /// The metric names of each phase's loss (the unnamed phase: kTrainLoss, kTrainLossEpoch).
   const std::vector<LossMetricNames>& loss_metrics() const noexcept { return loss_metrics_; }
   /// The optimizer phase whose train step or optimizer step runs (else 0): the one the trainer's
   /// `train_step` and `optimizer_step` serve (State::optimizer_phase says the same to subscribers).
@@ -88,7 +87,7 @@ class OptimizationStep {
   /// Clears every phase's gradients (to zero, or to none when the options ask).
   void clear_gradients();
 
-  /// Writes the loss scalers' states, and with phases their names and step counts.
+  /// Writes the loss scalers' states, and for named phases their names and step counts.
   void save(torch::serialize::OutputArchive& archive) const;
   /// What a checkpoint holds of the step, validated against this trainer's phases, applied by
   /// `restore` (nothing changes yet).
@@ -123,7 +122,6 @@ class OptimizationStep {
 
   LoopContext context_;
   const std::vector<OptimizerPhase>& phase_list_;
-  bool several_;
   DistributedSync& sync_;
   std::vector<PhaseRun> phases_;
   std::vector<std::vector<at::Tensor>> parameters_;  // per phase

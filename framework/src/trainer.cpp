@@ -118,13 +118,13 @@ void log_disabled(const std::vector<SubscriberFailure>& failures, std::string_vi
 }
 }  // namespace
 
-struct Trainer::Parts final : StepHooks {
-  explicit Parts(Trainer& owner)
+struct Trainer::Engine final : StepHooks {
+  explicit Engine(Trainer& owner)
       : trainer(owner),
         events(owner.publisher_, owner.state_),
         sync(owner.state_),
         context{owner.state_, events, *this, owner.run_options_, *owner.module_},
-        step(context, owner.phases_, owner.several_optimizers_, sync),
+        step(context, owner.phases_, sync),
         evaluation(context, sync),
         fit(context, step, evaluation, sync) {}
 
@@ -152,7 +152,8 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
                  torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options)
     : module_(std::move(module)),
       forward_(std::move(forward)),
-      phases_{OptimizerPhase("", optimizer, nullptr)},
+      phases_{OptimizerPhase(
+          "", optimizer, [](Trainer& trainer, Batch& batch) { return trainer.own_step(batch); })},
       optimizer_(optimizer),
       loss_(std::move(loss)),
       options_(std::move(options)) {
@@ -166,7 +167,6 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<OptimizerPhase> phases,
                  TrainerOptions options)
     : phases_(std::move(phases)),
-      several_optimizers_(true),
       optimizer_(first_optimizer(phases_)),
       options_(std::move(options)) {
   TORCHBUS_CHECK(module != nullptr, ConfigError, "Trainer needs a model, got a null module");
@@ -177,7 +177,6 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, std::vector<Optimize
 
 Trainer::Trainer(std::vector<OptimizerPhase> phases, TrainerOptions options)
     : phases_(std::move(phases)),
-      several_optimizers_(true),
       optimizer_(first_optimizer(phases_)),
       options_(std::move(options)) {
   check_phases(phases_, nullptr);
@@ -189,7 +188,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::assemble() {
   options_.validate();
-  parts_ = std::make_unique<Parts>(*this);
+  engine_ = std::make_unique<Engine>(*this);
   if (options_.use_registered_subscriptions()) bus().add_registered();
 }
 
@@ -202,7 +201,7 @@ void Trainer::prepare_to_add(Callback* callback) {
 }
 
 Trainer& Trainer::set_train_step(StepFunction step) {
-  TORCHBUS_CHECK(!several_optimizers_, ConfigError,
+  TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "a trainer of optimizer phases trains with each phase's step function; "
                  "set_train_step has nothing to replace (override train_step to replace them all)");
   train_step_ = std::move(step);
@@ -216,20 +215,20 @@ Trainer& Trainer::set_eval_step(StepFunction step) {
 
 Trainer& Trainer::set_process_group(std::shared_ptr<ProcessGroup> group) {
   ensure_idle();
-  parts_->sync.set_group(std::move(group));
+  engine_->sync.set_group(std::move(group));
   return *this;
 }
 
 ProcessGroup* Trainer::process_group() const noexcept {
-  return parts_->sync.group();
+  return engine_->sync.group();
 }
 
 const LossScaler* Trainer::loss_scaler() const noexcept {
-  return parts_->step.loss_scaler();
+  return engine_->step.loss_scaler();
 }
 
 void Trainer::ensure_idle() const {
-  parts_->events.ensure_idle();
+  engine_->events.ensure_idle();
 }
 
 void Trainer::set_action(Action action) noexcept {
@@ -268,7 +267,6 @@ void Trainer::prepare_run() {
     }
   }
   state_.model = module_.get();
-  state_.optimizer = &optimizer_;
   state_.device = device;
   state_.accumulate_grad_batches = run_options_.accumulate_grad_batches_at(0);
   state_.max_epochs = run_options_.max_epochs();
@@ -302,20 +300,20 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
                    "fast_dev_run checks the loop from a fresh start and does not resume (from ",
                    resume_ ? resume_->path.string() : std::string(), "); drop one of them");
     prepare_run();
-    auto& parts = *parts_;
-    parts.step.reset();
-    parts.fit.prepare(train, validation);
+    auto& engine = *engine_;
+    engine.step.reset();
+    engine.fit.prepare(train, validation);
     if (run_options_.seed()) torch::manual_seed(*run_options_.seed());
     module_->train();
-    parts.step.prepare();
+    engine.step.prepare();
     const bool fresh = !resume_;
     if (resume_) {
       const auto path = resume_->path;
       resume_.reset();
-      resume_from_checkpoint(parts.checkpoint(), path);
+      resume_from_checkpoint(engine.checkpoint(), path);
     }
-    parts.events.run_action([&] { parts.fit.run(train, validation, fresh); }, process_group());
-    parts.copies.clear();  // the last checkpoint's copies: the next run's first capture is new
+    engine.events.run_action([&] { engine.fit.run(train, validation, fresh); }, process_group());
+    engine.copies.clear();  // the last checkpoint's copies: the next run's first capture is new
   });
 }
 
@@ -327,9 +325,9 @@ double Trainer::evaluate_source(BatchSource& data) {
     prepare_run();
     const auto limit =
         run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
-    parts_->step.reset();
-    parts_->events.run_action([&] { mean_loss = parts_->evaluation.run(data, limit); },
-                              process_group());
+    engine_->step.reset();
+    engine_->events.run_action([&] { mean_loss = engine_->evaluation.run(data, limit); },
+                               process_group());
   });
   return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
 }
@@ -337,12 +335,12 @@ double Trainer::evaluate_source(BatchSource& data) {
 // ---- checkpoints --------------------------------------------------------------------------------
 
 std::string Trainer::checkpoint_bytes(const fs::path& path) {
-  return torchbus::capture_checkpoint(parts_->checkpoint(), path, TensorCapture::References)
+  return torchbus::capture_checkpoint(engine_->checkpoint(), path, TensorCapture::References)
       .bytes();
 }
 
 CheckpointSnapshot Trainer::capture_checkpoint(const fs::path& path) {
-  return torchbus::capture_checkpoint(parts_->checkpoint(), path, TensorCapture::Copies);
+  return torchbus::capture_checkpoint(engine_->checkpoint(), path, TensorCapture::Copies);
 }
 
 void Trainer::save_checkpoint(const fs::path& path) {
@@ -362,13 +360,13 @@ void Trainer::resume_by_default_from(fs::path path) {
 
 void Trainer::load_checkpoint(const fs::path& path) {
   ensure_idle();
-  torchbus::load_checkpoint(parts_->checkpoint(), path);
+  torchbus::load_checkpoint(engine_->checkpoint(), path);
 }
 
 // ---- steps --------------------------------------------------------------------------------------
 
 at::Tensor Trainer::forward_and_loss(Batch& batch) {
-  TORCHBUS_CHECK(!several_optimizers_, ConfigError,
+  TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "a trainer of optimizer phases has no forward and loss of its own to evaluate "
                  "with; give it an eval step (set_eval_step) or override eval_step");
   at::Tensor output;
@@ -409,7 +407,10 @@ at::Tensor Trainer::compute_loss(const at::Tensor& output, const at::Tensor& tar
 }
 
 at::Tensor Trainer::train_step(Batch& batch) {
-  if (several_optimizers_) return phases_[parts_->step.current_phase()].step()(*this, batch);
+  return phases_[engine_->step.current_phase()].step()(*this, batch);
+}
+
+at::Tensor Trainer::own_step(Batch& batch) {
   return train_step_ ? train_step_(*this, batch) : forward_and_loss(batch);
 }
 
@@ -418,7 +419,7 @@ at::Tensor Trainer::eval_step(Batch& batch) {
 }
 
 void Trainer::optimizer_step() {
-  phases_[parts_->step.current_phase()].optimizer()->step();
+  phases_[engine_->step.current_phase()].optimizer()->step();
 }
 
 }  // namespace torchbus

@@ -184,7 +184,8 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   const auto tensorboard = torchbus::testing::event_files(out / "tensorboard");
   BOOST_TEST_REQUIRE(tensorboard.size() == 1u);
   const auto events = torchbus::testing::read_events(tensorboard.front());
-  BOOST_TEST(torchbus::testing::scalars_of(events, "train/loss").size() == 7u);  // 50, ..., 350
+  BOOST_TEST(torchbus::testing::scalars_of(events, "train/step_loss").size() ==
+             7u);  // 50, ..., 350
   BOOST_TEST(torchbus::testing::scalars_of(events, "metrics/val_accuracy").size() == 3u);
   // The report: well-formed, a chart per metric, the run's options.
   const auto report = read_text(out / "report.html");
@@ -857,7 +858,7 @@ BOOST_AUTO_TEST_CASE(linear_and_restarts_schedules_over_the_run) {
     std::istringstream csv(read_text(out / "metrics.csv"));
     std::string line;
     std::getline(csv, line);
-    BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,loss,lr", 0) == 0u, line);
+    BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,step_loss,lr", 0) == 0u, line);
     while (std::getline(csv, line)) {
       if (line.rfind("step,", 0) != 0) continue;
       std::vector<std::string> cells;

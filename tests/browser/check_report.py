@@ -42,7 +42,7 @@ from chromium import DEFAULT_CHROMIUM, BrowserError, HeadlessChromium
 # metrics.csv: the first columns are no metrics; a tensor logged per step is charted as the metric
 # of its name here (torchbus-train logs the loss tensor, whose metric history is train_loss).
 CSV_NON_METRIC_COLUMNS = {"kind", "step", "epoch", "wall_time"}
-CSV_TENSOR_METRICS = {"loss": "train_loss"}
+CSV_TENSOR_METRICS = {"step_loss": "train_loss"}
 
 # Run in the page: what the checks need, as JSON.
 PROBE = r"""

@@ -97,9 +97,10 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
 
   const Csv csv = read_csv(path);
   const auto& history = run.trainer.state().metrics;
-  BOOST_TEST(csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "loss",
-                                                     "lr", "train_loss_epoch", "val_loss"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "step_loss",
+                                              "lr", "train_loss_epoch", "val_loss"}),
+      boost::test_tools::per_element());
   // 12 steps / step_freq 2 + 2 epochs.
   BOOST_TEST_REQUIRE(csv.rows.size() == 12u / 2 + 2);
   for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
@@ -112,7 +113,7 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
     const std::int64_t step = std::stoll(row.at("step"));
     BOOST_TEST(step == static_cast<std::int64_t>(2 * (i + 1)));
     BOOST_TEST(std::stoll(row.at("epoch")) == (step <= 6 ? 0 : 1));
-    BOOST_TEST(std::stod(row.at("loss")) == at_step(history, "train_loss", step));
+    BOOST_TEST(std::stod(row.at("step_loss")) == at_step(history, "train_loss", step));
     BOOST_TEST(std::stod(row.at("lr")) == 0.1);
     BOOST_TEST(std::stod(row.at("wall_time")) > 1.6e9);  // seconds since 1970
     BOOST_TEST(row.at("train_loss_epoch").empty());
@@ -128,7 +129,7 @@ BOOST_AUTO_TEST_CASE(rows_equal_the_metric_history) {
                in_epoch(history, "train_loss_epoch", epoch));
     BOOST_TEST(std::stod(row.at("val_loss")) == in_epoch(history, "val_loss", epoch));
     BOOST_TEST(std::stod(row.at("lr")) == 0.1);
-    BOOST_TEST(row.at("loss").empty());
+    BOOST_TEST(row.at("step_loss").empty());
   }
   // Epoch rows come after the epoch's step rows.
   BOOST_TEST(csv.rows[3].at("kind") == "epoch");
@@ -260,9 +261,10 @@ BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {
   run.trainer.fit(train);
 
   const Csv csv = read_csv(path);
-  BOOST_TEST(csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "loss",
-                                                     "lr", "train_loss_epoch", "accuracy"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "step_loss",
+                                              "lr", "train_loss_epoch", "accuracy"}),
+      boost::test_tools::per_element());
   BOOST_TEST(csv.text.find("kind,", 1) == std::string::npos);  // one header
   BOOST_TEST_REQUIRE(csv.rows.size() == 6u + 3);
   for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
@@ -293,7 +295,7 @@ BOOST_AUTO_TEST_CASE(append_mode_continues_the_file_on_a_second_run) {
   BOOST_TEST(csv.of_kind("epoch").size() == 2u);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     BOOST_TEST(std::stoll(steps[i].at("step")) == static_cast<std::int64_t>(i % 3 + 1));
-    BOOST_TEST(std::stod(steps[i].at("loss")) == losses[i]);
+    BOOST_TEST(std::stod(steps[i].at("step_loss")) == losses[i]);
   }
 }
 
@@ -343,7 +345,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) 
   // Steps 5 to 8 are the resumed run's.
   const auto& history = run.trainer.state().metrics;
   for (std::int64_t step = 5; step <= 8; ++step) {
-    BOOST_TEST(std::stod(steps[step - 1].at("loss")) == at_step(history, "train_loss", step));
+    BOOST_TEST(std::stod(steps[step - 1].at("step_loss")) == at_step(history, "train_loss", step));
   }
   const auto epochs = csv.of_kind("epoch");
   BOOST_TEST_REQUIRE(epochs.size() == 2u);
@@ -365,7 +367,7 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_em
   const auto path = dir.path / "metrics.csv";
   Run run(TrainerOptions().max_epochs(2));
   run.trainer.add(std::make_shared<CsvLogger>(
-      CsvLoggerOptions(path.string()).step_freq(1).tensors_to_log({"loss", "accuracy"})));
+      CsvLoggerOptions(path.string()).step_freq(1).tensors_to_log({"step_loss", "accuracy"})));
   auto train = make_batches(3, 4);
   CapturedLog log;
   run.trainer.fit(train);
@@ -373,13 +375,13 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_em
   const auto warnings = log.messages("warning");
   BOOST_TEST_REQUIRE(warnings.size() == 1u);
   BOOST_TEST(has(warnings[0], "no tensor named 'accuracy' at step 1"));
-  BOOST_TEST(has(warnings[0], "present: loss"));
+  BOOST_TEST(has(warnings[0], "present: step_loss"));
   const Csv csv = read_csv(path);
   const auto steps = csv.of_kind("step");
   BOOST_TEST_REQUIRE(steps.size() == 6u);
   for (const auto& row : steps) {
     BOOST_TEST(row.at("accuracy").empty());
-    BOOST_TEST(!row.at("loss").empty());
+    BOOST_TEST(!row.at("step_loss").empty());
   }
 }
 

@@ -38,7 +38,8 @@ BOOST_AUTO_TEST_CASE(the_default_set_writes_every_file_of_the_run_directory) {
   BOOST_TEST(read_text(dir.path / "metrics.csv").find("kind,step,epoch") == 0u);
   const auto files = event_files(dir.path / "tensorboard");
   BOOST_TEST_REQUIRE(files.size() == 1u);
-  BOOST_TEST(scalars_of(read_events(files.front()), "train/loss").size() == 8u);  // 16 steps / 2
+  BOOST_TEST(scalars_of(read_events(files.front()), "train/step_loss").size() ==
+             8u);  // 16 steps / 2
   const auto report = read_text(dir.path / "report.html");
   BOOST_TEST(xml_problem(report) == "");
   BOOST_TEST(report.find("data-metric=\"train_loss\"") != std::string::npos);

@@ -47,7 +47,7 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
   std::ifstream csv(dir.path / "metrics.csv");
   std::string line;
   std::getline(csv, line);
-  BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,loss,lr", 0) == 0u, line);
+  BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,step_loss,lr", 0) == 0u, line);
   std::size_t step_rows = 0;
   while (std::getline(csv, line)) {
     std::vector<std::string> cells;
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
   BOOST_TEST(step_rows == 6u);
 
   std::size_t lines = 0;
-  const std::regex format(R"(step (\d+) epoch \d+: loss=\S+ lr=(\S+))");
+  const std::regex format(R"(step (\d+) epoch \d+: step_loss=\S+ lr=(\S+))");
   for (const auto& message : log.messages("info")) {
     std::smatch match;
     if (!std::regex_match(message, match, format)) continue;

@@ -134,11 +134,13 @@ BOOST_AUTO_TEST_CASE(the_framework_names_are_the_typed_values) {
   state.set_batch_output(output);
   state.tensors.set("output", torch::zeros({2, 3}));  // a custom step's own tensor
   state.tensors.set("loss", torch::tensor(0.5));
+  state.tensors.set("step_loss", torch::tensor(0.5));
   state.tensors.set("confidence", torch::tensor(0.25));
   BOOST_TEST(find_step_tensor(state, "output") == &state.batch_output());
   BOOST_TEST(find_step_tensor(state, "output")->is_same(output));
-  // No batch loss, no step loss, no target outside a run: none, though the store has a "loss".
+  // No batch loss, no step loss, no target outside a run: none, though the store has them.
   BOOST_TEST(find_step_tensor(state, "loss") == nullptr);
+  BOOST_TEST(find_step_tensor(state, "step_loss") == nullptr);
   BOOST_TEST(find_step_tensor(state, "target") == nullptr);
   BOOST_TEST(find_step_tensor(state, "confidence") == state.tensors.find("confidence"));
   BOOST_TEST(find_step_tensor(state, "accuracy") == nullptr);

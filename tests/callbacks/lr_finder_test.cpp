@@ -108,7 +108,7 @@ BOOST_AUTO_TEST_CASE(losses_are_the_steps_losses_and_smoothed_as_documented) {
   Run run(TrainerOptions().max_epochs(-1).max_steps(100));
   std::vector<double> step_losses;
   run.trainer.on(Event::StepEnd, [&](State& state) {
-    step_losses.push_back(state.tensors.get("loss").item<double>());
+    step_losses.push_back(state.tensors.get("step_loss").item<double>());
   });
   const auto result = find_learning_rate(run.trainer, make_batches(5, 8),
                                          short_sweep(LRSweepMode::Exponential).smoothing(0.3));

@@ -32,9 +32,9 @@ namespace {
 
 /// "<name>: sanity <runs|skips>, fast dev <runs|skips>".
 std::string phases_of(const Callback& callback) {
-  const auto word = [&](Phase phase) { return callback.runs_during(phase) ? "runs" : "skips"; };
-  return callback.name() + ": sanity " + word(Phase::SanityCheck) + ", fast dev " +
-         word(Phase::FastDevRun);
+  const auto word = [&](RunStage stage) { return callback.runs_during(stage) ? "runs" : "skips"; };
+  return callback.name() + ": sanity " + word(RunStage::SanityCheck) + ", fast dev " +
+         word(RunStage::FastDevRun);
 }
 
 /// The names in `dir`, joined by spaces.

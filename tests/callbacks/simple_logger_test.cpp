@@ -39,7 +39,7 @@ BOOST_AUTO_TEST_CASE(logs_every_step_freq_steps_the_values_the_run_recorded) {
   const auto& losses = run.trainer.state().metrics.series("train_loss");
   BOOST_TEST_REQUIRE(losses.size() == 10u);
   BOOST_TEST_REQUIRE(lines.size() == 5u);  // steps 2, 4, 6, 8, 10
-  const std::regex format(R"(step (\d+) epoch (\d+): loss=(\S+) lr=(\S+) step_time=(\S+)ms)");
+  const std::regex format(R"(step (\d+) epoch (\d+): step_loss=(\S+) lr=(\S+) step_time=(\S+)ms)");
   for (std::size_t i = 0; i < lines.size(); ++i) {
     std::smatch match;
     BOOST_TEST_REQUIRE(std::regex_match(lines[i], match, format), lines[i]);
@@ -65,7 +65,8 @@ BOOST_AUTO_TEST_CASE(default_precision_is_six_significant_digits) {
   BOOST_TEST_REQUIRE(lines.size() == 2u);
   const auto& losses = run.trainer.state().metrics.series("train_loss");
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    BOOST_TEST(lines[i] == fmt::format("step {} epoch 0: loss={:.6g}", i + 1, losses[i].value));
+    BOOST_TEST(lines[i] ==
+               fmt::format("step {} epoch 0: step_loss={:.6g}", i + 1, losses[i].value));
   }
 }
 
@@ -94,7 +95,7 @@ BOOST_AUTO_TEST_CASE(tensors_that_are_not_scalars_are_logged_as_shape_and_statis
 BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_the_rest_is_logged) {
   Run run(TrainerOptions().max_epochs(2));
   run.trainer.add(std::make_shared<SimpleLogger>(
-      SimpleLoggerOptions().step_freq(1).tensors_to_log({"loss", "accuracy"})));
+      SimpleLoggerOptions().step_freq(1).tensors_to_log({"step_loss", "accuracy"})));
   auto batches = make_batches(3, 4);
   CapturedLog log;
   BOOST_CHECK_NO_THROW(run.trainer.fit(batches));
@@ -102,11 +103,11 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_the_rest_is_logge
   const auto warnings = log.messages("warning");
   BOOST_TEST_REQUIRE(warnings.size() == 1u);
   BOOST_TEST(has(warnings[0], "no tensor named 'accuracy' at step 1"));
-  BOOST_TEST(has(warnings[0], "present: loss"));
+  BOOST_TEST(has(warnings[0], "present: step_loss"));
   const auto lines = step_lines(log);
   BOOST_TEST_REQUIRE(lines.size() == 6u);
   for (const auto& line : lines) {
-    BOOST_TEST(has(line, " loss="));
+    BOOST_TEST(has(line, " step_loss="));
     BOOST_TEST(lacks(line, "accuracy"));
   }
 }
@@ -142,7 +143,7 @@ BOOST_AUTO_TEST_CASE(default_role_and_name) {
   BOOST_TEST((logger.role() == Role::Logger));
   BOOST_TEST(logger.name() == "simple_logger");
   BOOST_TEST(logger.options().step_freq() == 50);
-  BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"loss"},
+  BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"step_loss"},
              boost::test_tools::per_element());
 }
 

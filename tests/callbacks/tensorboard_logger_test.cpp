@@ -108,7 +108,7 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
       Event::BatchEnd,
       [&](State& state) { outputs[state.step + 1] = stats_of(state.tensors.get("output")); }, -100);
   auto logger = std::make_shared<TensorBoardLogger>(
-      options_in(dir).step_freq(2).histogram_freq(3).tensors_to_log({"loss", "output"}));
+      options_in(dir).step_freq(2).histogram_freq(3).tensors_to_log({"step_loss", "output"}));
   run.trainer.add(logger);
   auto train = make_batches(6, 4);
   auto validation = make_batches(2, 4, 4, 3, 11);
@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(the_file_holds_what_was_logged) {
 
   const auto& history = run.trainer.state().metrics;
   // Scalars every 2 steps: the step's loss (as a float, like TensorBoard) and the learning rate.
-  const auto loss = scalars_of(events, "train/loss");
+  const auto loss = scalars_of(events, "train/step_loss");
   BOOST_TEST(steps_of(loss) == (std::vector<std::int64_t>{2, 4, 6, 8, 10, 12}),
              boost::test_tools::per_element());
   for (const auto& [step, value] : loss) {
@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(scalars_handed_over_in_bursts_keep_every_step_in_order) {
   const auto events = only_file_events(dir.path / "run");
   std::vector<std::int64_t> expected(210);
   for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<std::int64_t>(i + 1);
-  const auto loss = scalars_of(events, "train/loss");
+  const auto loss = scalars_of(events, "train/step_loss");
   BOOST_TEST(steps_of(loss) == expected, boost::test_tools::per_element());
   BOOST_TEST(steps_of(scalars_of(events, "train/lr")) == expected,
              boost::test_tools::per_element());
@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_writes_every_step_recorded_so_far) {
       [&](State& state) {
         if (state.step != 5) return;
         run.trainer.checkpoint_bytes();  // after the loggers' StepEnd, as ModelCheckpoint
-        in_file = steps_of(scalars_of(read_events(logger->file()), "train/loss"));
+        in_file = steps_of(scalars_of(read_events(logger->file()), "train/step_loss"));
       },
       200);
   auto train = make_batches(8, 4);
@@ -263,7 +263,7 @@ BOOST_AUTO_TEST_CASE(metrics_to_log_and_switches_choose_what_is_written) {
   run.trainer.fit(train);
 
   const auto events = only_file_events(dir.path / "run");
-  BOOST_TEST(tags_of(events) == (std::vector<std::string>{"train/loss", "metrics/accuracy"}),
+  BOOST_TEST(tags_of(events) == (std::vector<std::string>{"train/step_loss", "metrics/accuracy"}),
              boost::test_tools::per_element());
   const auto accuracy = scalars_of(events, "metrics/accuracy");
   BOOST_TEST_REQUIRE(accuracy.size() == 1u);
@@ -286,7 +286,7 @@ BOOST_AUTO_TEST_CASE(a_standalone_evaluation_writes_its_metrics_at_eval_end) {
   BOOST_TEST(event_files(dir.path / "run").size() == 2u);
   BOOST_TEST(logger->file() != first);
   const auto events = read_events(logger->file());
-  BOOST_TEST(scalars_of(events, "train/loss").empty());
+  BOOST_TEST(scalars_of(events, "train/step_loss").empty());
   const auto points = scalars_of(events, "metrics/val_loss");
   BOOST_TEST_REQUIRE(points.size() == 1u);
   BOOST_TEST(points[0].first == 3);
@@ -312,8 +312,9 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_marks_the_restart_for_tensorboard) {
   BOOST_TEST_REQUIRE(events[1].has_session_log());
   BOOST_TEST(events[1].session_log().status() == tensorboard::SessionLog::START);
   BOOST_TEST(events[1].step() == 5);
-  BOOST_TEST(steps_of(scalars_of(events, "train/loss")) == (std::vector<std::int64_t>{5, 6, 7, 8}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      steps_of(scalars_of(events, "train/step_loss")) == (std::vector<std::int64_t>{5, 6, 7, 8}),
+      boost::test_tools::per_element());
   // The train sub-run, created at the first step written, marks the restart too.
   const auto sub_run = only_file_events(dir.path / "run" / "train");
   BOOST_TEST_REQUIRE(sub_run.size() > 2u);
@@ -337,8 +338,9 @@ BOOST_AUTO_TEST_CASE(an_exception_flushes_what_was_logged_and_the_file_is_comple
   BOOST_TEST(has(joined(recorder->events), "Exception"));
 
   const auto events = read_events(logger->file());  // every record complete, CRCs match
-  BOOST_TEST(steps_of(scalars_of(events, "train/loss")) == (std::vector<std::int64_t>{1, 2, 3}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      steps_of(scalars_of(events, "train/step_loss")) == (std::vector<std::int64_t>{1, 2, 3}),
+      boost::test_tools::per_element());
   // The unfinished step 4 and epoch are closed by StepEnd and EpochEnd: nothing written for them.
   BOOST_TEST(steps_of(scalars_of(events, "train/lr")) == (std::vector<std::int64_t>{1, 2, 3}),
              boost::test_tools::per_element());
@@ -447,8 +449,8 @@ BOOST_AUTO_TEST_CASE(train_and_validation_curves_share_a_tag_in_sub_runs) {
   const auto val_run = only_file_events(dir.path / "run" / "val");
   BOOST_TEST(train_run[0].file_version() == "brain.Event:2");
   BOOST_TEST(val_run[0].file_version() == "brain.Event:2");
-  // loss: the step scalars of train/loss in train, the val_loss metric in val.
-  const auto train_loss = scalars_of(main, "train/loss");
+  // loss: the step scalars of train/step_loss in train, the val_loss metric in val.
+  const auto train_loss = scalars_of(main, "train/step_loss");
   BOOST_TEST(steps_of(scalars_of(train_run, "loss")) == steps_of(train_loss),
              boost::test_tools::per_element());
   BOOST_TEST(values_in(scalars_of(train_run, "loss")) == values_in(train_loss),
@@ -529,7 +531,7 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));
   run.trainer.add(std::make_shared<TensorBoardLogger>(
-      options_in(dir).step_freq(1).tensors_to_log({"loss", "accuracy"})));
+      options_in(dir).step_freq(1).tensors_to_log({"step_loss", "accuracy"})));
   auto train = make_batches(3, 4);
   CapturedLog log;
   run.trainer.fit(train);
@@ -538,9 +540,9 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once) {
   BOOST_TEST_REQUIRE(warnings.size() == 1u);
   BOOST_TEST(
       has(warnings[0], "TensorBoardLogger 'tensorboard_logger': no tensor named 'accuracy'"));
-  BOOST_TEST(has(warnings[0], "(present: loss)"));
+  BOOST_TEST(has(warnings[0], "(present: step_loss)"));
   const auto events = only_file_events(dir.path / "run");
-  BOOST_TEST(scalars_of(events, "train/loss").size() == 6u);
+  BOOST_TEST(scalars_of(events, "train/step_loss").size() == 6u);
 }
 
 BOOST_AUTO_TEST_CASE(an_unwritable_log_dir_fails_at_action_start_naming_it) {
@@ -599,7 +601,7 @@ BOOST_AUTO_TEST_CASE(a_log_dir_unwritable_mid_run_disables_the_logger_and_the_ru
                                           "epoch-001-step-000008.tbckpt"};
   BOOST_TEST(checkpoints == expected, boost::test_tools::per_element());
   // What the logger wrote before it failed is in its file, complete.
-  BOOST_TEST(!scalars_of(only_file_events(dir.path / "run"), "train/loss").empty());
+  BOOST_TEST(!scalars_of(only_file_events(dir.path / "run"), "train/step_loss").empty());
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {
@@ -637,7 +639,7 @@ BOOST_AUTO_TEST_CASE(default_role_rank_and_options) {
   BOOST_TEST(logger.options().parameter_histogram_freq() == 0);
   BOOST_TEST(!logger.options().group_train_val());
   BOOST_TEST(logger.options().run_options().empty());
-  BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"loss"},
+  BOOST_TEST(logger.options().tensors_to_log() == std::vector<std::string>{"step_loss"},
              boost::test_tools::per_element());
   BOOST_TEST(logger.file().empty());
 }

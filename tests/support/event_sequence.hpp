@@ -16,11 +16,17 @@ inline std::string batch() {
   return "BatchStart BeforeBackward AfterBackward BatchEnd";
 }
 
+/// The events of a window's last training batch, whose optimizer step updates the weights
+/// before its BatchEnd.
+inline std::string updating_batch() {
+  return "BatchStart BeforeBackward AfterBackward BeforeOptimizerStep AfterOptimizerStep BatchEnd";
+}
+
 /// The events of a step of `batches` training batches that updates the weights.
 inline std::string step(int batches) {
   std::string out = "StepStart";
-  for (int i = 0; i < batches; ++i) out += " " + batch();
-  return out + " BeforeOptimizerStep AfterOptimizerStep StepEnd";
+  for (int i = 0; i + 1 < batches; ++i) out += " " + batch();
+  return out + " " + updating_batch() + " StepEnd";
 }
 
 /// The events of an evaluation of `batches` batches.

@@ -49,6 +49,43 @@ std::vector<std::string> parameter_names(torch::nn::Module& module) {
 
 BOOST_AUTO_TEST_SUITE(optimizer_phases)
 
+// One step semantics: a trainer of one optimizer is a trainer of one unnamed phase. Against a
+// trainer of one named phase with the same model, optimizer and loss, it publishes the same events
+// in the same order (the update before the window's last BatchEnd) and ends with the same weights,
+// with k = 3 and a short last window.
+BOOST_AUTO_TEST_CASE(one_optimizer_runs_as_one_phase_with_the_same_events_and_weights) {
+  const auto data = make_batches(7, 4);
+  const auto options = TrainerOptions().max_epochs(2).accumulate_grad_batches(3);
+
+  auto one_model = make_model();
+  torch::optim::SGD one_sgd(one_model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  Trainer one(one_model, one_sgd, cross_entropy, options);
+  auto one_recorder = std::make_shared<RecordingCallback>();
+  one.add(one_recorder);
+  one.fit(data);
+
+  auto phase_model = make_model();
+  torch::optim::SGD phase_sgd(phase_model->parameters(),
+                              torch::optim::SGDOptions(0.1).momentum(0.9));
+  Trainer phased(phase_model.ptr(),
+                 {OptimizerPhase("only", phase_sgd,
+                                 [&](Trainer&, Batch& batch) {
+                                   return cross_entropy(phase_model->forward(batch.data),
+                                                        batch.target);
+                                 })},
+                 options);
+  auto phase_recorder = std::make_shared<RecordingCallback>();
+  phased.add(phase_recorder);
+  phased.fit(data);
+
+  BOOST_TEST(joined(one_recorder->events) == joined(phase_recorder->events));
+  BOOST_TEST(has(joined(one_recorder->events),
+                 "AfterBackward BeforeOptimizerStep AfterOptimizerStep BatchEnd StepEnd"));
+  BOOST_TEST(all_equal(snapshot(*one_model), snapshot(*phase_model)));
+  BOOST_TEST(!all_equal(snapshot(*one_model), snapshot(*make_model())));  // it trained
+  BOOST_TEST(one.state().step == phased.state().step);
+}
+
 BOOST_AUTO_TEST_CASE(two_phases_equal_a_hand_written_loop_bitwise) {
   check_against_hand_written_loop(/*batches=*/6, /*epochs=*/2, /*k=*/1, /*generator_every=*/1);
 }

@@ -59,7 +59,7 @@ BOOST_AUTO_TEST_CASE(each_value_is_defined_at_its_events_and_holds_what_the_mode
   DefinedValues defined(run.trainer);
 
   // Our own forward pass on the batch the trainer runs, with the weights it runs it with (the
-  // window's weights: the update comes after its last batch).
+  // window's weights: the update comes after its last backward).
   auto expected_output = [&](const at::Tensor& data) {
     torch::NoGradGuard no_grad;
     return run.model->forward(data);
@@ -95,7 +95,8 @@ BOOST_AUTO_TEST_CASE(each_value_is_defined_at_its_events_and_holds_what_the_mode
     BOOST_TEST_REQUIRE(window_losses.size() == 2u);
     const auto mean = window_losses[0] / 2.0 + window_losses[1] / 2.0;
     BOOST_TEST(torch::equal(state.step_loss(), mean));
-    BOOST_TEST(state.tensors.get(tensor_names::kLoss).is_same(state.step_loss()));
+    BOOST_TEST(state.tensors.get(tensor_names::kStepLoss).is_same(state.step_loss()));
+    BOOST_TEST(!state.tensors.contains(tensor_names::kLoss));  // the batch's, cleared at BatchEnd
     BOOST_TEST(state.metrics.latest(metric_names::kTrainLoss).value == mean.item<double>());
     window_losses.clear();
     ++checked_steps;
@@ -117,8 +118,8 @@ BOOST_AUTO_TEST_CASE(each_value_is_defined_at_its_events_and_holds_what_the_mode
       {"ActionStart", {"-----"}},        {"EpochStart", {"-----"}},
       {"StepStart", {"-----"}},          {"BatchStart", {"-----"}},
       {"BeforeBackward", {"l--ot"}},     {"AfterBackward", {"lb-ot"}},
-      {"BatchEnd", {"lb-ot"}},           {"BeforeOptimizerStep", {"-----"}},
-      {"AfterOptimizerStep", {"--s--"}}, {"StepEnd", {"--s--"}},
+      {"BatchEnd", {"lb-ot", "lbsot"}},  {"BeforeOptimizerStep", {"lb-ot"}},
+      {"AfterOptimizerStep", {"lbsot"}}, {"StepEnd", {"--s--"}},
       {"EvalStart", {"-----"}},          {"EvalBatchStart", {"-----"}},
       {"EvalBatchEnd", {"l--ot"}},       {"EvalEnd", {"-----"}},
       {"EpochEnd", {"-----"}},           {"ActionEnd", {"-----"}},
@@ -158,7 +159,7 @@ BOOST_AUTO_TEST_CASE(a_custom_step_reports_its_loss_and_sets_its_output) {
   run.trainer.on(Event::StepEnd,
                  [&](State& state) { at_step_end.push_back(defined_values(state)); });
   run.trainer.fit(train);
-  BOOST_TEST(at_batch_end == (std::vector<std::string>{"lb--t", "lb-ot", "-----"}),
+  BOOST_TEST(at_batch_end == (std::vector<std::string>{"lbs-t", "lbsot", "-----"}),
              boost::test_tools::per_element());
   BOOST_TEST(at_step_end == (std::vector<std::string>{"--s--", "--s--", "-----"}),
              boost::test_tools::per_element());

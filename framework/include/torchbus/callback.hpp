@@ -29,7 +29,7 @@ class Trainer;
 /// Base of class callbacks. Only the hooks a subclass overrides get connected, so an unused hook
 /// costs nothing. The name identifies the callback's state in checkpoints, must be unique, and is
 /// what other subscribers name in `after(name)` / `before(name)`; its role is what they name in
-/// `after(role)` / `before(role)`, and decides the phases its hooks sit out (phase.hpp).
+/// `after(role)` / `before(role)`, and decides the run stages its hooks sit out (run_stage.hpp).
 class Callback {
  public:
   /// Priority of a callback that does not choose one (lower runs first).
@@ -63,20 +63,20 @@ class Callback {
   Callback& after(Role role);
   /// Runs every hook before every subscriber of role `role`; takes effect when it is added.
   Callback& before(Role role);
-  /// Keeps every hook from running during `phase`, whatever the role's default; takes effect when
+  /// Keeps every hook from running during `stage`, whatever the role's default; takes effect when
   /// the callback is added.
-  Callback& skip_during(Phase phase) noexcept;
-  /// Runs the hooks during `phase`, whatever the role's default; takes effect when it is added.
-  Callback& run_during(Phase phase) noexcept;
+  Callback& skip_during(RunStage stage) noexcept;
+  /// Runs the hooks during `stage`, whatever the role's default; takes effect when it is added.
+  Callback& run_during(RunStage stage) noexcept;
   /// Handles the hooks' exceptions by `policy`, whatever the role's default; takes effect when the
   /// callback is added.
   Callback& set_error_policy(ErrorPolicy policy) noexcept;
   /// What happens when a hook throws (as declared, else as the role's default).
   ErrorPolicy error_policy() const noexcept { return placement_.error_policy(); }
-  /// Whether the hooks run during `phase` (as declared, else as the role's default).
-  bool runs_during(Phase phase) const noexcept { return placement_.runs_during(phase); }
-  /// The priority, role, after/before constraints, phases and error policy (the placement's name
-  /// is unused).
+  /// Whether the hooks run during `stage` (as declared, else as the role's default).
+  bool runs_during(RunStage stage) const noexcept { return placement_.runs_during(stage); }
+  /// The priority, role, after/before constraints, run stages and error policy (the placement's
+  /// name is unused).
   const Placement& placement() const noexcept { return placement_; }
   /// Runs this callback only on the process of global rank `rank`.
   Callback& run_on_rank(int rank);

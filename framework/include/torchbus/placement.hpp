@@ -3,12 +3,12 @@
 /// \file
 /// Placement: where a subscription runs among the subscribers of its event: after or before named
 /// subscribers or roles, then by priority, then by role, then in registration order; and the
-/// phases it sits out and what happens when it throws. E.g.
+/// run stages it sits out and what happens when it throws. E.g.
 /// `bus.on(Event::StepEnd, fn, torchbus::after("early_stopping").named("my_logger"))`.
 
 #include <torchbus/error_policy.hpp>
-#include <torchbus/phase.hpp>
 #include <torchbus/role.hpp>
+#include <torchbus/run_stage.hpp>
 
 #include <optional>
 #include <string>
@@ -20,7 +20,7 @@ namespace torchbus {
 
 /// Ordering of a subscription: an optional name and role others can refer to, the names and roles
 /// it must run after or before, and a priority (lower first) that breaks the remaining ties. Also
-/// the phases it sits out (those its role skips by default, unless declared otherwise) and its
+/// the run stages it sits out (those its role skips by default, unless declared otherwise) and its
 /// error policy (its role's default unless declared).
 class Placement {
  public:
@@ -64,16 +64,16 @@ class Placement {
     priority_ = priority;
     return *this;
   }
-  /// Does not run during `phase`, whatever its role's default.
-  Placement& skip_during(Phase phase) noexcept {
-    skipped_ |= mask_of(phase);
-    kept_ &= static_cast<PhaseMask>(~mask_of(phase));
+  /// Does not run during `stage`, whatever its role's default.
+  Placement& skip_during(RunStage stage) noexcept {
+    skipped_ |= mask_of(stage);
+    kept_ &= static_cast<RunStageMask>(~mask_of(stage));
     return *this;
   }
-  /// Runs during `phase`, whatever its role's default.
-  Placement& run_during(Phase phase) noexcept {
-    kept_ |= mask_of(phase);
-    skipped_ &= static_cast<PhaseMask>(~mask_of(phase));
+  /// Runs during `stage`, whatever its role's default.
+  Placement& run_during(RunStage stage) noexcept {
+    kept_ |= mask_of(stage);
+    skipped_ &= static_cast<RunStageMask>(~mask_of(stage));
     return *this;
   }
   /// Handles the subscription's exceptions by `policy`, whatever its role's default.
@@ -96,12 +96,14 @@ class Placement {
   const std::vector<Role>& after_roles() const noexcept { return after_roles_; }
   /// Roles this subscription runs before.
   const std::vector<Role>& before_roles() const noexcept { return before_roles_; }
-  /// The phases this subscription sits out: as declared, else as its role's default.
-  PhaseMask skipped_phases() const noexcept {
-    return static_cast<PhaseMask>((default_skipped_phases(role_) | skipped_) & ~kept_);
+  /// The run stages this subscription sits out: as declared, else as its role's default.
+  RunStageMask skipped_stages() const noexcept {
+    return static_cast<RunStageMask>((default_skipped_stages(role_) | skipped_) & ~kept_);
   }
-  /// Whether this subscription runs during `phase`.
-  bool runs_during(Phase phase) const noexcept { return (skipped_phases() & mask_of(phase)) == 0; }
+  /// Whether this subscription runs during `stage`.
+  bool runs_during(RunStage stage) const noexcept {
+    return (skipped_stages() & mask_of(stage)) == 0;
+  }
   /// What happens when the subscription throws: as declared, else as its role's default.
   ErrorPolicy error_policy() const noexcept {
     return error_policy_ ? *error_policy_ : default_error_policy(role_);
@@ -115,8 +117,8 @@ class Placement {
   Role role_ = Role::Unassigned;
   std::vector<Role> after_roles_;
   std::vector<Role> before_roles_;
-  PhaseMask skipped_ = 0;                    // declared with skip_during
-  PhaseMask kept_ = 0;                       // declared with run_during
+  RunStageMask skipped_ = 0;                 // declared with skip_during
+  RunStageMask kept_ = 0;                    // declared with run_during
   std::optional<ErrorPolicy> error_policy_;  // declared with with_error_policy
 };
 
@@ -140,13 +142,13 @@ inline Placement before(Role role) {
 inline Placement with_role(Role role) {
   return Placement().with_role(role);
 }
-/// A placement that only keeps the subscription from running during `phase`.
-inline Placement skip_during(Phase phase) {
-  return Placement().skip_during(phase);
+/// A placement that only keeps the subscription from running during `stage`.
+inline Placement skip_during(RunStage stage) {
+  return Placement().skip_during(stage);
 }
-/// A placement that only has the subscription run during `phase` (whatever its role's default).
-inline Placement run_during(Phase phase) {
-  return Placement().run_during(phase);
+/// A placement that only has the subscription run during `stage` (whatever its role's default).
+inline Placement run_during(RunStage stage) {
+  return Placement().run_during(stage);
 }
 /// A placement that only sets the subscription's error policy.
 inline Placement with_error_policy(ErrorPolicy policy) {

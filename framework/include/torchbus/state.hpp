@@ -75,10 +75,10 @@ struct State {
   /// The action running, from before ActionStart (a resume included) to after ActionEnd.
   Action action = Action::None;
   /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps): the
-  /// bus does not call subscribers that sit out Phase::SanityCheck; its metrics are rolled back.
+  /// bus does not call subscribers that sit out RunStage::SanityCheck; its metrics are rolled back.
   bool sanity_checking = false;
   /// During a fit or evaluation with TrainerOptions::fast_dev_run: the bus does not call
-  /// subscribers that sit out Phase::FastDevRun (checkpoints, loggers, the report).
+  /// subscribers that sit out RunStage::FastDevRun (checkpoints, loggers, the report).
   bool fast_dev_run = false;
 
   // The optimizer phase (docs/trainer.md, "Several optimizers"): from a phase's train step to its
@@ -106,8 +106,10 @@ struct State {
   /// loss scaling multiplies it): at AfterBackward and BatchEnd of a batch that ran backward.
   const at::Tensor& backward_loss() const noexcept { return backward_loss_; }
   /// The step's loss, the sum of its window's `backward_loss()` values: the mean loss of the
-  /// window's batches (and, with a process group, of every rank's). At AfterOptimizerStep and
-  /// StepEnd of a step that made an update; also recorded as the metric `kTrainLoss`.
+  /// window's batches (and, with a process group, of every rank's). From AfterOptimizerStep (in
+  /// the window's last batch) to StepEnd of a step that made an update; with optimizer phases, the
+  /// last updated phase's. Also recorded as the metric `kTrainLoss` (a phase's:
+  /// `train_loss/<name>`).
   const at::Tensor& step_loss() const noexcept { return step_loss_; }
   /// The model's output for the current batch, as the default step computed it or a custom step
   /// set it (set_batch_output): from the step on, to BatchEnd or EvalBatchEnd.

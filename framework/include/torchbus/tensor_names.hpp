@@ -12,8 +12,10 @@ namespace torchbus::tensor_names {
 inline constexpr std::string_view kOutput = "output";
 /// The batch's target of the default step (`Scope::Batch`), as `State::batch_target()`.
 inline constexpr std::string_view kTarget = "target";
-/// The default step's loss (`Scope::Batch`, as `State::batch_loss()`), then the step's loss
-/// (`Scope::Step`, from after AfterOptimizerStep to StepEnd, as `State::step_loss()`).
+/// The batch's loss, stored by the default step (`Scope::Batch`, as `State::batch_loss()`).
 inline constexpr std::string_view kLoss = "loss";
+/// The step's loss (`Scope::Step`, from AfterOptimizerStep to StepEnd of a step that made an
+/// update, as `State::step_loss()`).
+inline constexpr std::string_view kStepLoss = "step_loss";
 
 }  // namespace torchbus::tensor_names

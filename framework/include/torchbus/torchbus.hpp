@@ -25,11 +25,11 @@
 #include <torchbus/metric_history.hpp>
 #include <torchbus/metric_names.hpp>
 #include <torchbus/optimizer_phase.hpp>
-#include <torchbus/phase.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/rng_state.hpp>
 #include <torchbus/role.hpp>
+#include <torchbus/run_stage.hpp>
 #include <torchbus/scalar_value.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/state_dict.hpp>

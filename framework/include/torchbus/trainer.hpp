@@ -76,7 +76,8 @@ class Trainer {
   torch::nn::Module& module() noexcept { return *module_; }
   /// The optimizer (with several: the first phase's).
   torch::optim::Optimizer& optimizer() noexcept { return optimizer_; }
-  /// The optimizer phases (for a trainer of one optimizer: one, unnamed, with no step function).
+  /// The optimizer phases (for a trainer of one optimizer: one, unnamed, whose step function is
+  /// the trainer's: the custom train step, else forward and loss).
   const std::vector<OptimizerPhase>& optimizer_phases() const noexcept { return phases_; }
 
   /// Adds a class callback: calls its `on_added(*this)`, then connects the hooks `T` overrides
@@ -183,13 +184,14 @@ class Trainer {
   virtual void optimizer_step();
 
  private:
-  /// The parts the trainer is a façade over (framework/src: FitLoop, EvaluationLoop,
-  /// OptimizationStep, DistributedSync, EventFlow; docs/architecture.md), and the trainer's
-  /// overridable steps as they call them.
-  struct Parts;
+  /// What the trainer is a façade over: the loops and the step that run an action (framework/src:
+  /// FitLoop, EvaluationLoop, OptimizationStep, DistributedSync, EventFlow; docs/architecture.md),
+  /// and the trainer's overridable steps as they call them.
+  struct Engine;
 
   void assemble();  // validates the options, builds the parts, adds registered subscriptions
   at::Tensor forward_and_loss(Batch& batch);
+  at::Tensor own_step(Batch& batch);  // a trainer of one optimizer's: custom, else forward_and_loss
   void prepare_run();  // the current action's options, device, model and state's references
   void prepare_to_add(Callback* callback);  // checks it and calls its on_added
   void set_action(Action action) noexcept;  // and the state's trainer context
@@ -199,8 +201,7 @@ class Trainer {
 
   std::shared_ptr<torch::nn::Module> module_;
   Forward forward_;
-  std::vector<OptimizerPhase> phases_;  // one (the optimizer) unless built with several
-  bool several_optimizers_ = false;     // built with optimizer phases
+  std::vector<OptimizerPhase> phases_;  // one, unnamed (the optimizer), unless built with several
   torch::optim::Optimizer& optimizer_;  // the first phase's
   LossFunction loss_;
   StepFunction train_step_;
@@ -209,7 +210,7 @@ class Trainer {
   TrainerOptions run_options_;  // the current action's: options_ with fast_dev_run's overrides
   EventPublisher publisher_;
   State state_;
-  std::unique_ptr<Parts> parts_;
+  std::unique_ptr<Engine> engine_;
   /// A resume the next fit() applies.
   struct ResumeRequest {
     std::filesystem::path path;

@@ -40,12 +40,12 @@ struct TrainerOptions {
   /// A quick check of the whole loop: n > 0 runs one epoch of n training batches and n
   /// validation batches (`fast_dev_run(true)`: 1), overriding max_epochs, max_steps, the
   /// validation schedule, the limits and num_sanity_val_steps; with State::fast_dev_run set, the
-  /// subscribers that sit out Phase::FastDevRun (checkpoints, writing loggers, the report) are not
-  /// called, so nothing is written. 0: off.
+  /// subscribers that sit out RunStage::FastDevRun (checkpoints, writing loggers, the report) are
+  /// not called, so nothing is written. 0: off.
   TORCH_ARG(std::int64_t, fast_dev_run) = 0;
   /// Validation batches run before the first training batch of a fit that does not resume, with
   /// State::sanity_checking set, so that a bug in the validation path shows at once; nothing of
-  /// it remains (metrics rolled back; subscribers that sit out Phase::SanityCheck, such as the
+  /// it remains (metrics rolled back; subscribers that sit out RunStage::SanityCheck, such as the
   /// built-in monitors and writers, are not called). 0: none, -1: a
   /// whole validation pass (within limit_val_batches).
   TORCH_ARG(std::int64_t, num_sanity_val_steps) = 0;

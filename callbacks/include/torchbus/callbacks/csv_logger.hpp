@@ -42,9 +42,9 @@ struct CsvLoggerOptions {
   /// One-element tensors written as columns of step rows (may be empty): the default is the step's
   /// loss (State::step_loss()), other names are tensors of the store (find_step_tensor).
   TORCH_ARG(std::vector<std::string>,
-            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kStepLoss)};
   /// Metrics written in epoch rows; empty: every metric recorded during the epoch except
-  /// `train_loss` (already in step rows as `loss`).
+  /// `train_loss` (already in step rows as `step_loss`).
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;

@@ -62,8 +62,8 @@ class StepLearningRate {
 };
 
 /// The tensor a built-in's option names, e.g. `TerminateOnNaNOptions::tensors`: the names of
-/// tensor_names.hpp stand for the step's typed values (`kLoss`: `state.batch_loss()` while a batch
-/// runs, else `state.step_loss()`; `kOutput`, `kTarget`: `state.batch_output()`,
+/// tensor_names.hpp stand for the step's typed values (`kLoss`: `state.batch_loss()`,
+/// `kStepLoss`: `state.step_loss()`, `kOutput`, `kTarget`: `state.batch_output()`,
 /// `batch_target()`), any other name is a tensor of `state.tensors`. Null when there is none or
 /// the typed value is undefined.
 const at::Tensor* find_step_tensor(const State& state, std::string_view name) noexcept;

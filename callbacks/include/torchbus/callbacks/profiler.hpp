@@ -85,7 +85,7 @@ class Profiler : public Callback, public DispatchObserver {
   void on_dispatch(const DispatchTiming& timing) noexcept override;
 
  private:
-  enum Phase : std::size_t {
+  enum LoopPhase : std::size_t {
     kData,
     kForward,
     kBackward,
@@ -111,9 +111,9 @@ class Profiler : public Callback, public DispatchObserver {
 
   void start_action(State& state);
   void end_action();
-  void open(Phase phase);
-  void close(Phase phase);
-  void discard(Phase phase) { phases_[phase].open = false; }
+  void open(LoopPhase phase);
+  void close(LoopPhase phase);
+  void discard(LoopPhase phase) { phases_[phase].open = false; }
   bool own(SubscriberId id) const noexcept { return id >= own_first_ && id < own_end_; }
   void log_rows() const;
   void warn_about_slow_subscribers();

@@ -16,7 +16,8 @@
 
 namespace torchbus {
 
-/// What a SimpleLogger logs, e.g. `SimpleLoggerOptions().step_freq(10).tensors_to_log({"loss"})`.
+/// What a SimpleLogger logs, e.g.
+/// `SimpleLoggerOptions().step_freq(10).tensors_to_log({"step_loss"})`.
 struct SimpleLoggerOptions {
   /// The callback's name, unique in a trainer: its state's key in checkpoints (give each
   /// instance of a run its own).
@@ -26,7 +27,7 @@ struct SimpleLoggerOptions {
   /// Names of the tensors to log at StepEnd (at least one): the default is the step's loss
   /// (State::step_loss()), other names are tensors of the store (find_step_tensor).
   TORCH_ARG(std::vector<std::string>,
-            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kStepLoss)};
   /// Log the learning rate of the optimizer's first parameter group.
   TORCH_ARG(bool, log_lr) = true;
   /// Log the mean wall time per step since the previous logged step.
@@ -40,7 +41,7 @@ struct SimpleLoggerOptions {
 };
 
 /// Logs, every `step_freq` optimizer steps, one info line through `torchbus::logger()`:
-/// `step 50 epoch 0: loss=0.693147 lr=0.1 step_time=1.25ms`. One-element tensors are logged as
+/// `step 50 epoch 0: step_loss=0.693147 lr=0.1 step_time=1.25ms`. One-element tensors are logged as
 /// numbers, others as shape and statistics (`logits=[16, 3] mean=.. std=.. min=.. max=..`). Reads
 /// tensors (a host sync) only at the steps it logs. Role::Logger, after Role::Metrics.
 class SimpleLogger : public Callback {

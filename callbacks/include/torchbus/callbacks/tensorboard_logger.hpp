@@ -27,7 +27,7 @@ struct ScalarPoint;
 struct SummaryValue;
 
 /// Where and what a TensorBoardLogger writes, e.g.
-/// `TensorBoardLoggerOptions("runs/exp1").step_freq(10).tensors_to_log({"loss", "output"})`.
+/// `TensorBoardLoggerOptions("runs/exp1").step_freq(10).tensors_to_log({"step_loss", "output"})`.
 struct TensorBoardLoggerOptions {
   /// Rows (option, value) of a table.
   using OptionRows = std::vector<std::pair<std::string, std::string>>;
@@ -47,7 +47,7 @@ struct TensorBoardLoggerOptions {
   /// others as histograms (every `histogram_freq` steps). May be empty. The default is the step's
   /// loss (State::step_loss()), other names are tensors of the store (find_step_tensor).
   TORCH_ARG(std::vector<std::string>,
-            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kLoss)};
+            tensors_to_log) = std::vector<std::string>{std::string(tensor_names::kStepLoss)};
   /// Write histograms at every StepEnd where `state.step % histogram_freq == 0` (>= 1).
   TORCH_ARG(std::int64_t, histogram_freq) = 50;
   /// Equal-width buckets of a histogram between the tensor's min and max (>= 1).
@@ -71,7 +71,7 @@ struct TensorBoardLoggerOptions {
   TORCH_ARG(bool, log_epoch) = true;
   /// Write the new points of the metric history as `metrics/<name>` at EvalEnd and EpochEnd.
   TORCH_ARG(bool, log_metrics) = true;
-  /// The metrics written; empty: every metric except `train_loss` (per step: `train/loss`).
+  /// The metrics written; empty: every metric except `train_loss` (per step: `train/step_loss`).
   TORCH_ARG(std::vector<std::string>, metrics_to_log) = {};
   /// Entries (an event, or a burst of step scalars) waiting for the writer thread at most (>= 1);
   /// the training thread waits when full.

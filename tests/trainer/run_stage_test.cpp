@@ -48,7 +48,7 @@ struct RolesRun : Run {
   const std::string& seen_by(Role role) { return recorders.at(role)->events; }
 };
 
-const Role kEveryPhase[] = {Role::WeightAveraging, Role::Metrics, Role::Unassigned};
+const Role kEveryStage[] = {Role::WeightAveraging, Role::Metrics, Role::Unassigned};
 const Role kNoSanityCheck[] = {Role::Scheduler, Role::Monitor};
 const Role kNoSanityCheckNorFastDevRun[] = {Role::Logger, Role::Checkpoint, Role::Report};
 
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(the_sanity_check_reaches_weight_averaging_metrics_and_unass
   auto validation = make_batches(3, 4, 4, 3, 99);
   run.trainer.fit(train, validation);
   const std::string training = "EpochStart StepEnd StepEnd EvalStart EvalEnd EpochEnd";
-  for (const auto role : kEveryPhase) {
+  for (const auto role : kEveryStage) {
     BOOST_TEST(run.seen_by(role) == join({"ActionStart EvalStart EvalEnd", training, "ActionEnd"}),
                to_string(role));
   }
@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(a_fast_dev_run_reaches_every_role_but_loggers_checkpoints_a
   run.trainer.fit(train, validation);
   const std::string whole_run =
       "ActionStart EpochStart StepEnd EvalStart EvalEnd EpochEnd ActionEnd";
-  for (const auto role : kEveryPhase) BOOST_TEST(run.seen_by(role) == whole_run, to_string(role));
+  for (const auto role : kEveryStage) BOOST_TEST(run.seen_by(role) == whole_run, to_string(role));
   for (const auto role : kNoSanityCheck) {
     BOOST_TEST(run.seen_by(role) == whole_run, to_string(role));
   }
@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(a_failed_sanity_check_still_closes_the_action_for_every_rol
   auto train = make_batches(2, 4);
   auto validation = make_batches(3, 4, /*features=*/5);  // the model takes 4
   message_of<DataError>([&] { run.trainer.fit(train, validation); });
-  for (const auto role : kEveryPhase) {
+  for (const auto role : kEveryStage) {
     BOOST_TEST(run.seen_by(role) == "ActionStart EvalStart Exception EvalEnd ActionEnd",
                to_string(role));
   }

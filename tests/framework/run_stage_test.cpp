@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE(a_subscription_that_skips_the_sanity_check_is_not_called_du
   std::vector<std::string> log;
   publisher.bus().on(
       Event::EvalEnd, [&](State&) { log.emplace_back("skips"); },
-      torchbus::skip_during(Phase::SanityCheck));
+      torchbus::skip_during(RunStage::SanityCheck));
   publisher.bus().on(Event::EvalEnd, [&](State&) { log.emplace_back("lambda"); });
   const std::vector<std::string> expected{"skips:training", "lambda:training", "lambda:sanity",
                                           "skips:fast_dev", "lambda:fast_dev"};
@@ -104,34 +104,34 @@ BOOST_AUTO_TEST_CASE(the_defaults_by_role) {
                                  role == Role::Report;
     const bool sits_out_fast_dev =
         role == Role::Logger || role == Role::Checkpoint || role == Role::Report;
-    BOOST_TEST(callback.runs_during(Phase::SanityCheck) == !sits_out_sanity, to_string(role));
-    BOOST_TEST(callback.runs_during(Phase::FastDevRun) == !sits_out_fast_dev, to_string(role));
+    BOOST_TEST(callback.runs_during(RunStage::SanityCheck) == !sits_out_sanity, to_string(role));
+    BOOST_TEST(callback.runs_during(RunStage::FastDevRun) == !sits_out_fast_dev, to_string(role));
   }
 }
 
 BOOST_AUTO_TEST_CASE(a_declaration_overrides_the_roles_default_and_the_last_one_wins) {
-  Placement placement = torchbus::with_role(Role::Logger).run_during(Phase::FastDevRun);
-  BOOST_TEST(placement.runs_during(Phase::FastDevRun));
-  BOOST_TEST(!placement.runs_during(Phase::SanityCheck));
-  placement.skip_during(Phase::FastDevRun);
-  BOOST_TEST(!placement.runs_during(Phase::FastDevRun));
-  placement.run_during(Phase::SanityCheck).run_during(Phase::FastDevRun);
-  BOOST_TEST(placement.skipped_phases() == 0u);
+  Placement placement = torchbus::with_role(Role::Logger).run_during(RunStage::FastDevRun);
+  BOOST_TEST(placement.runs_during(RunStage::FastDevRun));
+  BOOST_TEST(!placement.runs_during(RunStage::SanityCheck));
+  placement.skip_during(RunStage::FastDevRun);
+  BOOST_TEST(!placement.runs_during(RunStage::FastDevRun));
+  placement.run_during(RunStage::SanityCheck).run_during(RunStage::FastDevRun);
+  BOOST_TEST(placement.skipped_stages() == 0u);
   // A role given after the declaration keeps it.
-  Placement declared_first = torchbus::skip_during(Phase::FastDevRun).with_role(Role::Metrics);
-  BOOST_TEST(!declared_first.runs_during(Phase::FastDevRun));
-  BOOST_TEST(declared_first.runs_during(Phase::SanityCheck));
-  BOOST_TEST(torchbus::with_role(Role::Monitor).run_during(Phase::SanityCheck).skipped_phases() ==
-             0u);
+  Placement declared_first = torchbus::skip_during(RunStage::FastDevRun).with_role(Role::Metrics);
+  BOOST_TEST(!declared_first.runs_during(RunStage::FastDevRun));
+  BOOST_TEST(declared_first.runs_during(RunStage::SanityCheck));
+  BOOST_TEST(
+      torchbus::with_role(Role::Monitor).run_during(RunStage::SanityCheck).skipped_stages() == 0u);
 
   EventPublisher publisher;
   std::vector<std::string> log;
   auto logger = std::make_shared<EvalEndRecorder>("logger", log);
   logger->set_role(Role::Logger);
   auto shows_fast_dev = std::make_shared<EvalEndRecorder>("shows_fast_dev", log);
-  shows_fast_dev->set_role(Role::Logger).run_during(Phase::FastDevRun);
+  shows_fast_dev->set_role(Role::Logger).run_during(RunStage::FastDevRun);
   auto metrics_skipping_sanity = std::make_shared<EvalEndRecorder>("metrics_skipping_sanity", log);
-  metrics_skipping_sanity->skip_during(Phase::SanityCheck).set_role(Role::Metrics);
+  metrics_skipping_sanity->skip_during(RunStage::SanityCheck).set_role(Role::Metrics);
   publisher.bus().add(logger);
   publisher.bus().add(shows_fast_dev);
   publisher.bus().add(metrics_skipping_sanity);
@@ -152,7 +152,7 @@ BOOST_AUTO_TEST_CASE(action_end_closes_the_action_even_when_the_sanity_check_fai
   publisher.bus().add(logger);
   publisher.bus().on(
       Event::ActionEnd, [&](State&) { log.emplace_back("lambda"); },
-      torchbus::skip_during(Phase::SanityCheck));
+      torchbus::skip_during(RunStage::SanityCheck));
   auto state = in_sanity_check();
   for (const auto event : {Event::Exception, Event::EvalEnd, Event::ActionEnd}) {
     publisher.emit_guarded(event, state);
