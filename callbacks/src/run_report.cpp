@@ -7,6 +7,7 @@
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
 
@@ -559,13 +560,13 @@ std::string RunReport::html(const State& state) const {
   for (const auto& name : state.metrics.names()) {
     series.push_back(SeriesRef{name, &state.metrics.series(name), nullptr});
   }
-  if (!lr_.empty() && !state.metrics.contains("lr")) {
-    series.push_back(SeriesRef{"lr", &lr_,
+  if (!lr_.empty() && !state.metrics.contains(metric_names::kLearningRate)) {
+    series.push_back(SeriesRef{std::string(metric_names::kLearningRate), &lr_,
                                "sampled by RunReport: learning rate of parameter "
                                "group 0 at each step"});
   }
-  if (!step_time_.empty() && !state.metrics.contains("step_time")) {
-    series.push_back(SeriesRef{"step_time", &step_time_,
+  if (!step_time_.empty() && !state.metrics.contains(metric_names::kStepTime)) {
+    series.push_back(SeriesRef{std::string(metric_names::kStepTime), &step_time_,
                                "sampled by RunReport: seconds from StepStart to StepEnd"});
   }
   // One x range for every chart, so that charts line up.

@@ -5,6 +5,7 @@
 #include <torchbus/callbacks/timer.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/state.hpp>
 
 #include <chrono>
@@ -85,7 +86,7 @@ void Timer::on_step_end(State& state) {
     ++steps_timed_;
     if (state.step % options_.step_freq() == 0) {
       const auto& prefix = options_.prefix();
-      state.record_metric(prefix + "step_time", seconds);
+      state.record_metric(prefix + std::string(metric_names::kStepTime), seconds);
       state.record_metric(prefix + "step_time_ema", step_time_ema_);
       if (samples_known_) state.record_metric(prefix + "samples_per_sec", samples_per_second());
     }

@@ -15,4 +15,11 @@ inline constexpr std::string_view kTrainLossEpoch = "train_loss_epoch";
 /// The mean loss per sample of an evaluation, at its end (unless every batch was cancelled).
 inline constexpr std::string_view kValLoss = "val_loss";
 
+// Recorded by built-in callbacks, and read by others (RunReport charts them, or samples its own).
+
+/// The learning rate of parameter group 0 at each step (LearningRateScheduler's default metric).
+inline constexpr std::string_view kLearningRate = "lr";
+/// The seconds from StepStart to StepEnd of a step (Timer's, after its prefix).
+inline constexpr std::string_view kStepTime = "step_time";
+
 }  // namespace torchbus::metric_names

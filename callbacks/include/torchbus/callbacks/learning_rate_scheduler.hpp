@@ -71,7 +71,7 @@ struct LearningRateSchedulerOptions {
   TORCH_ARG(ScheduleInterval, interval) = ScheduleInterval::Step;
   /// Metric recording the learning rate of group 0 for every optimizer step ("" records nothing);
   /// other groups as "<metric>_group_<i>".
-  TORCH_ARG(std::string, metric) = "lr";
+  TORCH_ARG(std::string, metric) = std::string(metric_names::kLearningRate);
   /// The optimizer phase whose optimizer it schedules, by name (docs/trainer.md, "Several
   /// optimizers"): it advances after that phase's optimizer steps. Empty: the first phase (a
   /// trainer of one optimizer has only that one).
