@@ -116,12 +116,8 @@ struct IsolatedSlot {
     try {
       call(state);
       channels->subscribers[id]->failures_in_a_row = 0;
-    } catch (const StopTraining&) {
-      throw;
-    } catch (const CancelEpoch&) {
-      throw;
-    } catch (const CancelBatch&) {
-      throw;
+    } catch (const ControlSignal&) {
+      throw;  // a request, not a failure
     } catch (...) {
       // At ActionStart nothing has run yet: a subscriber that cannot start (an unwritable folder,
       // an unreachable server) fails the action at once, whatever its policy.

@@ -54,11 +54,7 @@ struct Dispatch {
     for (; first != last; ++first) {
       try {
         static_cast<void>(*first);
-      } catch (const StopTraining&) {
-        if (!control) control = std::current_exception();
-      } catch (const CancelEpoch&) {
-        if (!control) control = std::current_exception();
-      } catch (const CancelBatch&) {
+      } catch (const ControlSignal&) {  // applied by EventFlow once the others ran
         if (!control) control = std::current_exception();
       } catch (...) {
         if (!*guarded) throw;

@@ -22,17 +22,27 @@ std::string describe(const std::exception_ptr& error) {
 void EventFlow::fire(Event event) {
   try {
     publisher_.emit(event, state_);
-  } catch (const StopTraining& stop) {
-    state_.request_stop(stop.reason());
-  } catch (const CancelEpoch& cancel) {
-    state_.request_epoch_end(cancel.reason());
-  } catch (const CancelBatch&) {
-    TORCHBUS_CHECK(event == Event::BatchStart || event == Event::BeforeBackward ||
-                       event == Event::EvalBatchStart,
+  } catch (const ControlSignal& signal) {
+    TORCHBUS_CHECK(signal.kind() != ControlKind::BatchCancel || event == Event::BatchStart ||
+                       event == Event::BeforeBackward || event == Event::EvalBatchStart,
                    ConfigError, "CancelBatch raised at ", to_string(event),
                    ": a batch can only be cancelled before its backward: at BatchStart, in the "
                    "train or eval step, at BeforeBackward or at EvalBatchStart");
-    state_.cancelled = true;
+    apply(signal);
+  }
+}
+
+void EventFlow::apply(const ControlSignal& signal) {
+  switch (signal.kind()) {
+    case ControlKind::Stop:
+      state_.request_stop(signal.reason());
+      break;
+    case ControlKind::EpochEnd:
+      state_.request_epoch_end(signal.reason());
+      break;
+    case ControlKind::BatchCancel:
+      state_.cancelled = true;
+      break;
   }
 }
 

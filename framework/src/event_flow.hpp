@@ -4,6 +4,7 @@
 /// EventFlow (private to torchbus_framework): publishes a trainer's events in their nesting.
 
 #include <torchbus/bus.hpp>
+#include <torchbus/control.hpp>
 
 #include <functional>
 #include <vector>
@@ -21,8 +22,21 @@ class EventFlow {
     open_ends_.reserve(8);  // no allocation while events nest
   }
 
-  /// Publishes `event`.
+  /// Publishes `event`; a control signal a subscriber threw becomes the state's request.
   void fire(Event event);
+  /// Runs a train or eval step; a control signal it throws becomes the state's request and
+  /// cancels the batch (returns false then).
+  template <typename Step>
+  bool run_step(Step&& step) {
+    try {
+      step();
+      return true;
+    } catch (const ControlSignal& signal) {
+      apply(signal);
+      state_.cancelled = true;  // whatever it asked for, the step returned no loss
+      return false;
+    }
+  }
   /// Publishes `start` and owes `end` (owed even if a subscriber of `start` throws).
   void open(Event start, Event end);
   /// Publishes the innermost End owed.
@@ -38,6 +52,9 @@ class EventFlow {
   void ensure_idle() const;
 
  private:
+  /// The one place a control signal becomes the request its kind names.
+  void apply(const ControlSignal& signal);
+
   EventPublisher& publisher_;
   State& state_;
   std::vector<Event> open_ends_;  // End events still owed, innermost last

@@ -1,4 +1,3 @@
-#include <torchbus/control.hpp>
 #include <torchbus/error.hpp>
 
 #include "autocast_scope.hpp"
@@ -27,19 +26,11 @@ at::Tensor call_step(const LoopContext& context, at::Tensor (StepHooks::*step)(B
                      Batch& batch, const char* what) {
   auto& state = context.state;
   at::Tensor loss;
-  try {
+  const bool returned = context.events.run_step([&] {
     const detail::AutocastScope autocast(context.options.precision(), state.device.type());
     loss = (context.hooks.*step)(batch);
-  } catch (const CancelBatch&) {
-    state.cancelled = true;
-  } catch (const StopTraining& stop) {
-    state.request_stop(stop.reason());
-    state.cancelled = true;
-  } catch (const CancelEpoch& cancel) {
-    state.request_epoch_end(cancel.reason());
-    state.cancelled = true;
-  }
-  if (state.cancelled) return {};
+  });
+  if (!returned || state.cancelled) return {};  // a step may also set `cancelled` itself
   TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError, "the ", what,
                  " must return a scalar loss (one element), got ",
                  loss.defined() ? detail::concat("shape ", loss.sizes()) : "an undefined tensor",
