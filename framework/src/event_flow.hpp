@@ -13,6 +13,17 @@ namespace torchbus {
 
 class ProcessGroup;
 
+/// What keeps a part of the run's progress (FitLoop: the counters) and writes it into State before
+/// each emission, so that subscribers read the truth and what they write there changes nothing.
+class ProgressPublisher {
+ public:
+  /// Writes the progress into `state`.
+  virtual void publish(State& state) const noexcept = 0;
+
+ protected:
+  ~ProgressPublisher() = default;
+};
+
 /// Publishes the trainer's built-in events: every Start it opens owes its End, which is published
 /// even when an error escapes (after Exception); control exceptions a subscriber throws
 /// (StopTraining, CancelEpoch, CancelBatch) become the state's requests.
@@ -22,8 +33,11 @@ class EventFlow {
     open_ends_.reserve(8);  // no allocation while events nest
   }
 
-  /// Publishes `event`; a control signal a subscriber threw becomes the state's request.
+  /// Publishes `event` (after `progress` wrote its counters into the state); a control signal a
+  /// subscriber threw becomes the state's request.
   void fire(Event event);
+  /// Sets what writes the run's progress into the state before each emission (must outlive this).
+  void set_progress(const ProgressPublisher* progress) noexcept { progress_ = progress; }
   /// Runs a train or eval step; a control signal it throws becomes the state's request and
   /// cancels the batch (returns false then).
   template <typename Step>
@@ -57,6 +71,7 @@ class EventFlow {
 
   EventPublisher& publisher_;
   State& state_;
+  const ProgressPublisher* progress_ = nullptr;
   std::vector<Event> open_ends_;  // End events still owed, innermost last
   bool running_ = false;
 };

@@ -16,8 +16,8 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   val_batch_limit_ = validation ? options.limit_val_batches().batches_per_pass(validation->size(),
                                                                                "limit_val_batches")
                                 : -1;
-  state.epoch = state.step = state.batch_in_epoch = state.global_batch = 0;
-  state.window_position = 0;
+  counters_ = FitCounters{};
+  publish(state);
   state.validation_follows = false;
   state.metrics.clear();
   state.tensors.clear_all();
@@ -41,13 +41,13 @@ void FitLoop::run(BatchSource& train, BatchSource* validation, bool fresh) {
 
 bool FitLoop::step_limit_reached() const noexcept {
   const auto max_steps = context_.options.max_steps();
-  return max_steps >= 0 && context_.state.step >= max_steps;
+  return max_steps >= 0 && counters_.step >= max_steps;
 }
 
 bool FitLoop::finished() const noexcept {
   const auto max_epochs = context_.options.max_epochs();
   return sync_.stopping() || step_limit_reached() ||
-         (max_epochs >= 0 && context_.state.epoch >= max_epochs);
+         (max_epochs >= 0 && counters_.epoch >= max_epochs);
 }
 
 // A validation of num_sanity_val_steps batches before training. Nothing of it remains: the metric
@@ -73,18 +73,18 @@ void FitLoop::run_sanity_check(BatchSource& validation) {
 void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   auto& state = context_.state;
   const auto& options = context_.options;
-  state.batch_in_epoch = 0;
+  counters_.batch_in_epoch = 0;
   state.training = true;
   epoch_finished_ = false;
-  state.accumulate_grad_batches = options.accumulate_grad_batches_at(state.epoch);
+  state.accumulate_grad_batches = options.accumulate_grad_batches_at(counters_.epoch);
   context_.events.open(Event::EpochStart, Event::EpochEnd);
   start_epoch(train);
   bool more = true;  // the data has batches left
   while (more && !sync_.stopping() && !step_limit_reached() && !state.epoch_end_requested()) {
     more = fill_window(train);
     if (window_used_ == 0) {
-      TORCHBUS_CHECK(state.batch_in_epoch > 0, DataError,
-                     "the training data yielded no batches in epoch ", state.epoch,
+      TORCHBUS_CHECK(counters_.batch_in_epoch > 0, DataError,
+                     "the training data yielded no batches in epoch ", counters_.epoch,
                      "; expected at least one batch per epoch");
       break;
     }
@@ -97,13 +97,15 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
+  publish(state);  // the metrics are recorded at the loop's step and epoch
   for (const auto& loss : step_.loss_metrics()) {
-    if (state.metrics.contains(loss.step) && state.metrics.latest(loss.step).epoch == state.epoch) {
-      state.record_metric(loss.epoch, state.metrics.epoch_mean(loss.step, state.epoch));
+    if (state.metrics.contains(loss.step) &&
+        state.metrics.latest(loss.step).epoch == counters_.epoch) {
+      state.record_metric(loss.epoch, state.metrics.epoch_mean(loss.step, counters_.epoch));
     }
   }
   const auto every = options.val_every_n_epochs();
-  if (validation && every > 0 && !sync_.stopping() && (state.epoch + 1) % every == 0) {
+  if (validation && every > 0 && !sync_.stopping() && (counters_.epoch + 1) % every == 0) {
     evaluation_.run(*validation, val_batch_limit_);
   }
   // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
@@ -115,32 +117,31 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   state.clear_epoch_end();
   state.tensors.clear(Scope::Epoch);
   if (completed) {
-    ++state.epoch;
-    state.batch_in_epoch = 0;
+    ++counters_.epoch;
+    counters_.batch_in_epoch = 0;
   }
 }
 
 void FitLoop::start_epoch(BatchSource& train) {
-  auto& state = context_.state;
   if (resume_skip_ == 0) {
     // Every rank draws the epoch's order (e.g. a DistributedSampler's permutation) from rank 0's
     // generator, so that the shards stay disjoint.
     sync_.share_cpu_generator();
     epoch_start_rng_ = RngState::capture_cpu();
-    train.start_epoch(state.epoch);
+    train.start_epoch(counters_.epoch);
     return;
   }
   // Resuming mid-epoch: draw the epoch's order as the interrupted run did, skip what it trained,
   // then continue with the generator where the checkpoint left it.
   const auto rng_now = RngState::capture_cpu();
   RngState::restore_cpu(epoch_start_rng_);
-  train.start_epoch(state.epoch);
+  train.start_epoch(counters_.epoch);
   const auto skipped = train.skip(resume_skip_);
   RngState::restore_cpu(rng_now);
   TORCHBUS_CHECK(skipped == resume_skip_, DataError, "cannot resume at batch ", resume_skip_,
-                 " of epoch ", state.epoch, ": the training data yields only ", skipped,
+                 " of epoch ", counters_.epoch, ": the training data yields only ", skipped,
                  " batches now");
-  state.batch_in_epoch = resume_skip_;
+  counters_.batch_in_epoch = resume_skip_;
   resume_skip_ = 0;
 }
 
@@ -152,7 +153,7 @@ bool FitLoop::fill_window(BatchSource& train) {
   bool limit_reached = false;
   if (train_batch_limit_ >= 0) {
     const auto left = static_cast<std::size_t>(
-        std::max<std::int64_t>(0, train_batch_limit_ - state.batch_in_epoch));
+        std::max<std::int64_t>(0, train_batch_limit_ - counters_.batch_in_epoch));
     limit_reached = left <= k;
     k = std::min(k, left);
   }
@@ -166,13 +167,14 @@ bool FitLoop::fill_window(BatchSource& train) {
 
 void FitLoop::run_step(bool can_validate) {
   auto& state = context_.state;
-  step_.begin(window_used_);
+  counters_.window_position = 0;
+  step_.begin(window_used_, counters_.global_batch);
   context_.events.open(Event::StepStart, Event::StepEnd);
   for (std::size_t i = 0; i < window_used_; ++i) {
-    state.window_position = static_cast<std::int64_t>(i);
+    counters_.window_position = static_cast<std::int64_t>(i);
     step_.run_batch(window_[i]);
-    ++state.batch_in_epoch;
-    ++state.global_batch;
+    ++counters_.batch_in_epoch;
+    ++counters_.global_batch;
     // An epoch end is honoured at the batch boundary: the window steps with what it has.
     if (state.epoch_end_requested() && i + 1 < window_used_) {
       step_.shorten(i + 1);
@@ -181,14 +183,15 @@ void FitLoop::run_step(bool can_validate) {
   }
   const bool update = step_.finish();
   if (update) {
-    ++state.step;
+    ++counters_.step;
+    publish(state);  // the losses are recorded at this step
     step_.record_losses();
   }
   state.update_skipped = !update;
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
   // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
   const auto every = context_.options.val_every_n_steps();
-  state.validation_follows = can_validate && every > 0 && update && state.step % every == 0;
+  state.validation_follows = can_validate && every > 0 && update && counters_.step % every == 0;
   context_.events.close();  // StepEnd
   state.update_skipped = false;
   state.tensors.clear(Scope::Step);
@@ -197,15 +200,23 @@ void FitLoop::run_step(bool can_validate) {
   // after the next validation or EpochEnd): one collective per bucket and step, none else.
 }
 
+void FitLoop::publish(State& state) const noexcept {
+  state.epoch = counters_.epoch;
+  state.step = counters_.step;
+  state.batch_in_epoch = counters_.batch_in_epoch;
+  state.global_batch = counters_.global_batch;
+  state.window_position = counters_.window_position;
+}
+
 FitProgress FitLoop::progress() const {
   const auto& state = context_.state;
   const bool next_epoch = epoch_finished_;
   const bool finished = state.stop_requested() && state.stop_kind() == StopKind::Finished;
   FitProgress progress;
-  progress.epoch = next_epoch ? state.epoch + 1 : state.epoch;
-  progress.step = state.step;
-  progress.batch_in_epoch = next_epoch ? 0 : state.batch_in_epoch;
-  progress.global_batch = state.global_batch;
+  progress.epoch = next_epoch ? counters_.epoch + 1 : counters_.epoch;
+  progress.step = counters_.step;
+  progress.batch_in_epoch = next_epoch ? 0 : counters_.batch_in_epoch;
+  progress.global_batch = counters_.global_batch;
   progress.stop_reason = finished ? state.stop_reason() : std::string();
   progress.rng = RngState::capture();
   progress.epoch_start_rng =
@@ -271,11 +282,9 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
 
 void FitLoop::restore(const FitProgress& progress) {
   auto& state = context_.state;
-  state.epoch = progress.epoch;
-  state.step = progress.step;
-  state.batch_in_epoch = progress.batch_in_epoch;
-  state.global_batch = progress.global_batch;
-  state.window_position = 0;
+  counters_ = FitCounters{progress.epoch, progress.step, progress.batch_in_epoch,
+                          progress.global_batch, 0};
+  publish(state);
   resume_skip_ = progress.batch_in_epoch;
   epoch_start_rng_ = progress.epoch_start_rng;
   progress.rng.restore();

@@ -35,10 +35,20 @@ struct FitProgress {
 /// The position and end of the run a checkpoint holds (its generators are not read).
 FitProgress read_fit_position(detail::CheckpointReader& reader);
 
+/// The fit's counters, as State shows them (docs/events.md): the FitLoop owns them.
+struct FitCounters {
+  std::int64_t epoch = 0;
+  std::int64_t step = 0;
+  std::int64_t batch_in_epoch = 0;
+  std::int64_t global_batch = 0;
+  std::int64_t window_position = 0;
+};
+
 /// The fit: the sanity check, then epochs of steps (windows of batches filled from the training
 /// data, run by the OptimizationStep), validations as scheduled (by the EvaluationLoop), until the
-/// epochs, the step limit or a stop end it. Owns the fit's position, which checkpoints keep.
-class FitLoop {
+/// epochs, the step limit or a stop end it. Owns the fit's position (its counters, which it writes
+/// into State before each emission, and what checkpoints keep).
+class FitLoop final : public ProgressPublisher {
  public:
   FitLoop(LoopContext context, OptimizationStep& step, EvaluationLoop& evaluation,
           DistributedSync& sync)
@@ -59,6 +69,9 @@ class FitLoop {
   FitProgress read(detail::CheckpointReader& reader, const TrainerOptions& configured) const;
   /// Continues from `progress` (what `read` returned): counters, generators, the run's end.
   void restore(const FitProgress& progress);
+  /// Writes the counters into `state` (State::epoch, step, batch_in_epoch, global_batch,
+  /// window_position).
+  void publish(State& state) const noexcept override;
 
  private:
   void run_sanity_check(BatchSource& validation);
@@ -73,6 +86,7 @@ class FitLoop {
   OptimizationStep& step_;
   EvaluationLoop& evaluation_;
   DistributedSync& sync_;
+  FitCounters counters_;
   std::vector<Batch> window_;  // the batches of the current step
   std::size_t window_used_ = 0;
   bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch

@@ -82,12 +82,11 @@ std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first
   return due;
 }
 
-void OptimizationStep::begin(std::size_t batches) {
+void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
   auto& state = context_.state;
   state.window_size = static_cast<std::int64_t>(batches);
-  state.window_position = 0;
   state.skip_update = false;
-  window_first_batch_ = state.global_batch;
+  window_first_batch_ = first_batch;
   window_batches_run_ = 0;
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     auto& run = phases_[i];

@@ -60,8 +60,9 @@ class OptimizationStep {
     return phases_.front().loss_scaler ? &*phases_.front().loss_scaler : nullptr;
   }
 
-  /// Starts a window of `batches` batches (before StepStart: its subscribers see the window).
-  void begin(std::size_t batches);
+  /// Starts a window of `batches` batches, the first of them the run's `first_batch`-th (0-based;
+  /// before StepStart: its subscribers see the window).
+  void begin(std::size_t batches, std::int64_t first_batch);
   /// Runs one batch of the window: BatchStart; per phase due at it: the phase's train step,
   /// BeforeBackward, the backward of its loss scaled by the phase's window, AfterBackward and,
   /// at the phase's last batch of the window, its optimizer step; BatchEnd.

@@ -126,7 +126,9 @@ struct Trainer::Engine final : StepHooks {
         context{owner.state_, events, *this, owner.run_options_, *owner.module_},
         step(context, owner.phases_, sync),
         evaluation(context, sync),
-        fit(context, step, evaluation, sync) {}
+        fit(context, step, evaluation, sync) {
+    events.set_progress(&fit);
+  }
 
   at::Tensor train_step(Batch& batch) override { return trainer.train_step(batch); }
   at::Tensor eval_step(Batch& batch) override { return trainer.eval_step(batch); }

@@ -328,9 +328,11 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) 
   }
   BOOST_TEST(read_csv(path).rows.size() == 8u + 2 + 1);
 
-  // The resumed run restores the counters of the checkpoint before the loggers' ActionStart.
+  // The resumed run restores the counters of the checkpoint (the end of epoch 0, step 4) before
+  // the loggers' ActionStart.
   Run run(TrainerOptions().max_epochs(2));
-  pretend_resumed(run.trainer, /*step=*/4, /*epoch=*/1, /*global_batch=*/4);
+  resume_after_a_run(run.trainer, TrainerOptions().max_epochs(1), train,
+                     path.parent_path() / "epoch-0.tbckpt");
   run.trainer.add(
       std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).append(true)));
   CapturedLog log;

@@ -4,6 +4,7 @@
 #include <support/captured_log.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
+#include <support/scratch.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 
 #include <algorithm>
@@ -113,17 +114,19 @@ BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_the_rest_is_logge
 }
 
 BOOST_AUTO_TEST_CASE(counts_from_the_step_counter_so_a_resumed_run_logs_the_same_steps) {
-  Run run;
-  // A resume restores the counters at ActionStart, before the loggers run.
-  run.trainer.on(
-      Event::ActionStart, [](State& state) { state.step = 3; }, -1000);
-  run.trainer.add(std::make_shared<SimpleLogger>(SimpleLoggerOptions().step_freq(2)));
+  TempDir dir("simple_logger");
+  Run run(TrainerOptions().max_epochs(2));
   auto batches = make_batches(5, 4);
+  // A resume from a checkpoint at step 3 of epoch 0 restores the counters before the loggers run.
+  resume_after_a_run(run.trainer, TrainerOptions().max_steps(3), batches,
+                     dir.path / "step-3.tbckpt");
+  run.trainer.add(std::make_shared<SimpleLogger>(SimpleLoggerOptions().step_freq(2)));
   CapturedLog log;
   run.trainer.fit(batches);
   std::vector<long long> steps;
   for (const auto& line : step_lines(log)) steps.push_back(std::stoll(line.substr(5)));
-  BOOST_TEST(steps == (std::vector<long long>{4, 6, 8}), boost::test_tools::per_element());
+  // Epoch 0's last 2 batches (steps 4, 5), then epoch 1's 5 (steps 6 to 10).
+  BOOST_TEST(steps == (std::vector<long long>{4, 6, 8, 10}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_config_errors) {

@@ -298,11 +298,12 @@ BOOST_AUTO_TEST_CASE(a_standalone_evaluation_writes_its_metrics_at_eval_end) {
 BOOST_AUTO_TEST_CASE(a_resumed_run_marks_the_restart_for_tensorboard) {
   TempDir dir("tensorboard");
   Run run(TrainerOptions().max_epochs(2));
-  // A resume restores the counters of the checkpoint (here: end of epoch 0, step 4).
-  pretend_resumed(run.trainer, /*step=*/4, /*epoch=*/1, /*global_batch=*/4);
+  auto train = make_batches(4, 4);
+  // A resume from a checkpoint at the end of epoch 0, step 4.
+  resume_after_a_run(run.trainer, TrainerOptions().max_epochs(1), train,
+                     dir.path / "epoch-0.tbckpt");
   run.trainer.add(
       std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1).group_train_val(true)));
-  auto train = make_batches(4, 4);
   run.trainer.fit(train);
 
   const auto events = only_file_events(dir.path / "run");

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <torchbus/torchbus.hpp>
 
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -90,18 +91,14 @@ struct Run {
       : trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false)) {}
 };
 
-/// Starts the trainer's next actions with the counters a resume from a checkpoint at `step`,
-/// `epoch` and `global_batch` restores, set before any other ActionStart subscriber runs.
-inline Connection pretend_resumed(Trainer& trainer, std::int64_t step, std::int64_t epoch,
-                                  std::int64_t global_batch) {
-  return trainer.on(
-      Event::ActionStart,
-      [=](State& state) {
-        state.step = step;
-        state.epoch = epoch;
-        state.global_batch = global_batch;
-      },
-      -1000);
+/// Makes `trainer`'s next fit resume from the checkpoint, written at `path`, of a Run with
+/// `options` that fitted `batches` (what the resume restores: its counters, weights, generators).
+inline void resume_after_a_run(Trainer& trainer, TrainerOptions options, std::vector<Batch> batches,
+                               const std::filesystem::path& path) {
+  Run first(std::move(options));
+  first.trainer.fit(batches);
+  first.trainer.save_checkpoint(path);
+  trainer.resume_from(path);
 }
 
 /// Copies a callback's state into `to` through a serialized archive.

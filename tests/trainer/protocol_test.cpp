@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
 #include <support/event_sequence.hpp>
+#include <support/scratch.hpp>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -394,6 +395,62 @@ BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
     expected += cross_entropy(run.model->forward(b.data), b.target).item<double>();
   BOOST_TEST(loss == expected / 2, boost::test_tools::tolerance(1e-6));
   BOOST_TEST(run.model->is_training());  // mode restored after evaluation
+}
+
+// The counters State shows are the FitLoop's, written before each emission: a subscriber that
+// overwrites them (here the last one of every event) changes neither what the next event's
+// subscribers read, nor the metrics' step numbers, nor the weights, nor what a checkpoint keeps.
+BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
+  TempDir dir("counters");
+  struct Outcome {
+    std::vector<std::string> seen;
+    std::vector<std::int64_t> loss_steps;
+    std::vector<at::Tensor> weights;
+    Checkpoint position;
+  };
+  const auto run_once = [&](bool overwrite) {
+    RecordedRun run(TrainerOptions().max_epochs(2).accumulate_grad_batches(2));
+    Outcome outcome;
+    for (std::size_t i = 0; i < kEventCount; ++i) {
+      const auto event = static_cast<Event>(i);
+      run.trainer.on(event, [&, event](State& s) {
+        outcome.seen.push_back(torchbus::detail::concat(to_string(event), ' ', s.epoch, ' ', s.step,
+                                                        ' ', s.batch_in_epoch, ' ', s.global_batch,
+                                                        ' ', s.window_position));
+      });
+      if (!overwrite) continue;
+      run.trainer.on(
+          event,
+          [](State& s) {
+            s.epoch = 99;
+            s.step = 1000;
+            s.batch_in_epoch = -1;
+            s.global_batch = 12345;
+            s.window_position = 7;
+          },
+          1000);
+    }
+    auto batches = make_batches(5, 4);
+    run.trainer.fit(batches);
+    for (const auto& point : run.trainer.state().metrics.series("train_loss")) {
+      outcome.loss_steps.push_back(point.step);
+    }
+    outcome.weights = snapshot(*run.model);
+    const auto path = dir.path / (overwrite ? "overwritten.tbckpt" : "plain.tbckpt");
+    run.trainer.save_checkpoint(path);
+    outcome.position = read_checkpoint_position(path);
+    return outcome;
+  };
+  const auto plain = run_once(false);
+  const auto overwritten = run_once(true);
+  BOOST_TEST(overwritten.seen == plain.seen, boost::test_tools::per_element());
+  BOOST_TEST(overwritten.loss_steps == plain.loss_steps, boost::test_tools::per_element());
+  BOOST_TEST(plain.loss_steps == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}),
+             boost::test_tools::per_element());
+  BOOST_TEST(all_equal(overwritten.weights, plain.weights));
+  BOOST_TEST(overwritten.position.step == 6);
+  BOOST_TEST(overwritten.position.epoch == plain.position.epoch);
+  BOOST_TEST(overwritten.position.batch_in_epoch == plain.position.batch_in_epoch);
 }
 
 BOOST_AUTO_TEST_CASE(metrics_record_train_loss_per_step_and_epoch) {
