@@ -282,8 +282,8 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
 
 void FitLoop::restore(const FitProgress& progress) {
   auto& state = context_.state;
-  counters_ = FitCounters{progress.epoch, progress.step, progress.batch_in_epoch,
-                          progress.global_batch, 0};
+  counters_ =
+      FitCounters{progress.epoch, progress.step, progress.batch_in_epoch, progress.global_batch, 0};
   publish(state);
   resume_skip_ = progress.batch_in_epoch;
   epoch_start_rng_ = progress.epoch_start_rng;
