@@ -32,13 +32,13 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   ModeGuard mode(context_.module);
   context_.module.eval();
   state.training = false;
-  state.eval_batch = 0;
+  batch_ = 0;
   events.open(Event::EvalStart, Event::EvalEnd);
   data.start_epoch(0);
   at::Tensor loss_sum;
   std::int64_t samples = 0;
   Batch batch;
-  while ((batch_limit < 0 || state.eval_batch < batch_limit) && data.next(batch)) {
+  while ((batch_limit < 0 || batch_ < batch_limit) && data.next(batch)) {
     state.cancelled = false;
     move_to_device(batch, context_);
     events.open(Event::EvalBatchStart, Event::EvalBatchEnd);
@@ -55,9 +55,9 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     events.close();  // EvalBatchEnd
     state.tensors.clear(Scope::Batch);
     detail::StepOutputAccess::clear_batch(state);
-    ++state.eval_batch;
+    ++batch_;
   }
-  TORCHBUS_CHECK(state.eval_batch > 0, DataError,
+  TORCHBUS_CHECK(batch_ > 0, DataError,
                  "the evaluation data yielded no batches; expected at least one batch");
   if (sync_.active()) {
     // Each rank evaluated its shard: the mean is over every rank's samples.
@@ -71,6 +71,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   at::Tensor mean_loss;
   if (samples > 0) {
     mean_loss = loss_sum / static_cast<double>(samples);
+    events.publish_progress();  // recorded at the fit's step and epoch
     state.record_metric(metric_names::kValLoss, mean_loss);
   }
   events.close();  // EvalEnd

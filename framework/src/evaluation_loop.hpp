@@ -12,7 +12,8 @@ namespace torchbus {
 
 /// Runs an evaluation: EvalStart, each batch between EvalBatchStart and EvalBatchEnd under
 /// no_grad with the model in eval mode, the mean loss per sample over every rank recorded as
-/// "val_loss", EvalEnd. Holds no state between evaluations.
+/// "val_loss", EvalEnd. Owns the count of the evaluation's batches (State::eval_batch is its copy,
+/// written before each emission); holds nothing else between evaluations.
 class EvaluationLoop {
  public:
   EvaluationLoop(LoopContext context, DistributedSync& sync) : context_(context), sync_(sync) {}
@@ -20,10 +21,13 @@ class EvaluationLoop {
   /// Evaluates at most `batch_limit` batches of `data` (-1: all): the mean loss per sample, or an
   /// undefined tensor when every batch was cancelled.
   at::Tensor run(BatchSource& data, std::int64_t batch_limit);
+  /// Writes the batch count into `state` (State::eval_batch).
+  void publish(State& state) const noexcept { state.eval_batch = batch_; }
 
  private:
   LoopContext context_;
   DistributedSync& sync_;
+  std::int64_t batch_ = 0;  // the current evaluation batch (after EvalEnd: the batches it had)
 };
 
 }  // namespace torchbus

@@ -20,7 +20,7 @@ std::string describe(const std::exception_ptr& error) {
 }  // namespace
 
 void EventFlow::fire(Event event) {
-  if (progress_ != nullptr) progress_->publish(state_);
+  publish_progress();
   try {
     publisher_.emit(event, state_);
   } catch (const ControlSignal& signal) {

@@ -13,8 +13,8 @@ namespace torchbus {
 
 class ProcessGroup;
 
-/// What keeps a part of the run's progress (FitLoop: the counters) and writes it into State before
-/// each emission, so that subscribers read the truth and what they write there changes nothing.
+/// What writes the run's progress (the loops' counters) into State before each emission, so that
+/// subscribers read the truth and what they write there changes nothing.
 class ProgressPublisher {
  public:
   /// Writes the progress into `state`.
@@ -38,6 +38,10 @@ class EventFlow {
   void fire(Event event);
   /// Sets what writes the run's progress into the state before each emission (must outlive this).
   void set_progress(const ProgressPublisher* progress) noexcept { progress_ = progress; }
+  /// Writes the run's progress into the state now (before recording a metric at its counters).
+  void publish_progress() const noexcept {
+    if (progress_ != nullptr) progress_->publish(state_);
+  }
   /// Runs a train or eval step; a control signal it throws becomes the state's request and
   /// cancels the batch (returns false then).
   template <typename Step>

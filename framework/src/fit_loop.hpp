@@ -46,9 +46,9 @@ struct FitCounters {
 
 /// The fit: the sanity check, then epochs of steps (windows of batches filled from the training
 /// data, run by the OptimizationStep), validations as scheduled (by the EvaluationLoop), until the
-/// epochs, the step limit or a stop end it. Owns the fit's position (its counters, which it writes
-/// into State before each emission, and what checkpoints keep).
-class FitLoop final : public ProgressPublisher {
+/// epochs, the step limit or a stop end it. Owns the fit's position (its counters, which the
+/// trainer writes into State before each emission, and what checkpoints keep).
+class FitLoop {
  public:
   FitLoop(LoopContext context, OptimizationStep& step, EvaluationLoop& evaluation,
           DistributedSync& sync)
@@ -71,7 +71,7 @@ class FitLoop final : public ProgressPublisher {
   void restore(const FitProgress& progress);
   /// Writes the counters into `state` (State::epoch, step, batch_in_epoch, global_batch,
   /// window_position).
-  void publish(State& state) const noexcept override;
+  void publish(State& state) const noexcept;
 
  private:
   void run_sanity_check(BatchSource& validation);

@@ -118,7 +118,7 @@ void log_disabled(const std::vector<SubscriberFailure>& failures, std::string_vi
 }
 }  // namespace
 
-struct Trainer::Engine final : StepHooks {
+struct Trainer::Engine final : StepHooks, ProgressPublisher {
   explicit Engine(Trainer& owner)
       : trainer(owner),
         events(owner.publisher_, owner.state_),
@@ -127,12 +127,17 @@ struct Trainer::Engine final : StepHooks {
         step(context, owner.phases_, sync),
         evaluation(context, sync),
         fit(context, step, evaluation, sync) {
-    events.set_progress(&fit);
+    events.set_progress(this);
   }
 
   at::Tensor train_step(Batch& batch) override { return trainer.train_step(batch); }
   at::Tensor eval_step(Batch& batch) override { return trainer.eval_step(batch); }
   void optimizer_step() override { trainer.optimizer_step(); }
+  /// The loops' counters, into the state before each emission.
+  void publish(State& state) const noexcept override {
+    fit.publish(state);
+    evaluation.publish(state);
+  }
 
   /// The parts a checkpoint is composed of.
   CheckpointParts checkpoint() {

@@ -5,6 +5,8 @@
 #include <support/event_sequence.hpp>
 #include <support/scratch.hpp>
 
+#include <algorithm>
+
 using namespace torchbus;
 using namespace torchbus::testing;
 
@@ -397,14 +399,16 @@ BOOST_AUTO_TEST_CASE(evaluate_alone_is_an_action) {
   BOOST_TEST(run.model->is_training());  // mode restored after evaluation
 }
 
-// The counters State shows are the FitLoop's, written before each emission: a subscriber that
+// The counters State shows are the loops', written before each emission: a subscriber that
 // overwrites them (here the last one of every event) changes neither what the next event's
-// subscribers read, nor the metrics' step numbers, nor the weights, nor what a checkpoint keeps.
+// subscribers read, nor how many batches an evaluation runs, nor the metrics' step numbers, nor
+// the weights, nor what a checkpoint keeps.
 BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
   TempDir dir("counters");
   struct Outcome {
     std::vector<std::string> seen;
     std::vector<std::int64_t> loss_steps;
+    std::vector<std::int64_t> val_loss_steps;
     std::vector<at::Tensor> weights;
     Checkpoint position;
   };
@@ -416,7 +420,7 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
       run.trainer.on(event, [&, event](State& s) {
         outcome.seen.push_back(torchbus::detail::concat(to_string(event), ' ', s.epoch, ' ', s.step,
                                                         ' ', s.batch_in_epoch, ' ', s.global_batch,
-                                                        ' ', s.window_position));
+                                                        ' ', s.window_position, ' ', s.eval_batch));
       });
       if (!overwrite) continue;
       run.trainer.on(
@@ -427,13 +431,18 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
             s.batch_in_epoch = -1;
             s.global_batch = 12345;
             s.window_position = 7;
+            s.eval_batch = 1000;
           },
           1000);
     }
     auto batches = make_batches(5, 4);
-    run.trainer.fit(batches);
+    auto validation = make_batches(3, 4, 4, 3, 11);
+    run.trainer.fit(batches, validation);
     for (const auto& point : run.trainer.state().metrics.series("train_loss")) {
       outcome.loss_steps.push_back(point.step);
+    }
+    for (const auto& point : run.trainer.state().metrics.series("val_loss")) {
+      outcome.val_loss_steps.push_back(point.step);
     }
     outcome.weights = snapshot(*run.model);
     const auto path = dir.path / (overwrite ? "overwritten.tbckpt" : "plain.tbckpt");
@@ -447,6 +456,15 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
   BOOST_TEST(overwritten.loss_steps == plain.loss_steps, boost::test_tools::per_element());
   BOOST_TEST(plain.loss_steps == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}),
              boost::test_tools::per_element());
+  BOOST_TEST(overwritten.val_loss_steps == plain.val_loss_steps, boost::test_tools::per_element());
+  BOOST_TEST(plain.val_loss_steps == (std::vector<std::int64_t>{3, 6}),
+             boost::test_tools::per_element());
+  // Every evaluation ran its 3 batches: its EvalEnd shows eval_batch 3.
+  const auto full_evaluations =
+      std::count_if(overwritten.seen.begin(), overwritten.seen.end(), [](const std::string& line) {
+        return line.rfind("EvalEnd ", 0) == 0 && line.substr(line.size() - 2) == " 3";
+      });
+  BOOST_TEST(full_evaluations == 2);
   BOOST_TEST(all_equal(overwritten.weights, plain.weights));
   BOOST_TEST(overwritten.position.step == 6);
   BOOST_TEST(overwritten.position.epoch == plain.position.epoch);
