@@ -65,12 +65,16 @@ void OptimizationStep::reset() noexcept {
 }
 
 void OptimizationStep::enter_phase(std::size_t index) noexcept {
-  auto& state = context_.state;
   current_phase_ = index;
-  state.optimizer_phase = index;
-  state.optimizer_phase_name = phase_list_[index].name();
-  state.optimizer = phase_list_[index].optimizer();
-  state.optimizer_phase_step = phases_[index].steps;
+  publish(context_.state);  // the phase's step function runs next
+}
+
+void OptimizationStep::publish(State& state) const noexcept {
+  state.window_size = window_size_;
+  state.optimizer_phase = current_phase_;
+  state.optimizer_phase_name = phase_list_[current_phase_].name();
+  state.optimizer = phase_list_[current_phase_].optimizer();
+  state.optimizer_phase_step = phases_[current_phase_].steps;
 }
 
 std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first,
@@ -84,7 +88,7 @@ std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first
 
 void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
   auto& state = context_.state;
-  state.window_size = static_cast<std::int64_t>(batches);
+  window_size_ = static_cast<std::int64_t>(batches);
   state.skip_update = false;
   window_first_batch_ = first_batch;
   window_batches_run_ = 0;
@@ -92,7 +96,7 @@ void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
     auto& run = phases_[i];
     run.window_loss.reset();
     run.has_backward = false;
-    run.due = due_batches(i, window_first_batch_, state.window_size);
+    run.due = due_batches(i, window_first_batch_, window_size_);
     run.seen = 0;
     run.stepped = false;
     run.updated = false;
@@ -152,12 +156,11 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
 // of the shortened window), the step's gradients and loss are those of a window of that many
 // batches (docs/events.md).
 void OptimizationStep::shorten(std::size_t batches) {
-  auto& state = context_.state;
-  state.window_size = static_cast<std::int64_t>(batches);
+  window_size_ = static_cast<std::int64_t>(batches);
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     auto& run = phases_[i];
     if (run.stepped) continue;
-    const auto due = due_batches(i, window_first_batch_, state.window_size);
+    const auto due = due_batches(i, window_first_batch_, window_size_);
     if (due == run.due) continue;
     const double factor = static_cast<double>(run.due) / static_cast<double>(due);
     run.due = due;
@@ -199,7 +202,7 @@ void OptimizationStep::step_phase(std::size_t index) {
   if (update) {
     clip_gradients(index);
     context_.hooks.optimizer_step();
-    state.optimizer_phase_step = ++run.steps;
+    ++run.steps;
     detail::StepOutputAccess::set_step(state, run.window_loss);
     state.tensors.set(tensor_names::kStepLoss, run.window_loss, Scope::Step);
     context_.events.fire(Event::AfterOptimizerStep);

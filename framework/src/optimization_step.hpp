@@ -85,6 +85,9 @@ class OptimizationStep {
   bool in_window() const noexcept { return in_window_; }
   /// Forgets a window an error cut short (at the start of an action).
   void reset() noexcept;
+  /// Writes the window's size and the current phase (index, name, optimizer, step count) into
+  /// `state` (the trainer does before each emission).
+  void publish(State& state) const noexcept;
   /// Clears every phase's gradients (to zero, or to none when the options ask).
   void clear_gradients();
 
@@ -128,6 +131,7 @@ class OptimizationStep {
   std::vector<std::vector<at::Tensor>> parameters_;  // per phase
   std::vector<LossMetricNames> loss_metrics_;        // per phase
   std::size_t current_phase_ = 0;
+  std::int64_t window_size_ = 1;         // batches in the current window
   std::int64_t window_first_batch_ = 0;  // global index of the window's first batch
   std::int64_t window_batches_run_ = 0;  // batches of the window run so far
   at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from

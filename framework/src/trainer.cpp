@@ -136,6 +136,7 @@ struct Trainer::Engine final : StepHooks, ProgressPublisher {
   /// The loops' counters, into the state before each emission.
   void publish(State& state) const noexcept override {
     fit.publish(state);
+    step.publish(state);
     evaluation.publish(state);
   }
 

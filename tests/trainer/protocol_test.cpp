@@ -6,6 +6,7 @@
 #include <support/scratch.hpp>
 
 #include <algorithm>
+#include <sstream>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -418,9 +419,10 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
     for (std::size_t i = 0; i < kEventCount; ++i) {
       const auto event = static_cast<Event>(i);
       run.trainer.on(event, [&, event](State& s) {
-        outcome.seen.push_back(torchbus::detail::concat(to_string(event), ' ', s.epoch, ' ', s.step,
-                                                        ' ', s.batch_in_epoch, ' ', s.global_batch,
-                                                        ' ', s.window_position, ' ', s.eval_batch));
+        outcome.seen.push_back(torchbus::detail::concat(
+            to_string(event), ' ', s.epoch, ' ', s.step, ' ', s.batch_in_epoch, ' ', s.global_batch,
+            ' ', s.window_position, ' ', s.eval_batch, ' ', s.window_size, ' ',
+            s.optimizer_phase_step));
       });
       if (!overwrite) continue;
       run.trainer.on(
@@ -432,6 +434,8 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
             s.global_batch = 12345;
             s.window_position = 7;
             s.eval_batch = 1000;
+            s.window_size = 50;
+            s.optimizer_phase_step = 3000;
           },
           1000);
     }
@@ -459,10 +463,14 @@ BOOST_AUTO_TEST_CASE(counters_a_subscriber_overwrites_change_nothing) {
   BOOST_TEST(overwritten.val_loss_steps == plain.val_loss_steps, boost::test_tools::per_element());
   BOOST_TEST(plain.val_loss_steps == (std::vector<std::int64_t>{3, 6}),
              boost::test_tools::per_element());
-  // Every evaluation ran its 3 batches: its EvalEnd shows eval_batch 3.
+  // Every evaluation ran its 3 batches: its EvalEnd shows eval_batch (the 7th field) 3.
   const auto full_evaluations =
       std::count_if(overwritten.seen.begin(), overwritten.seen.end(), [](const std::string& line) {
-        return line.rfind("EvalEnd ", 0) == 0 && line.substr(line.size() - 2) == " 3";
+        std::istringstream fields(line);
+        std::string event, value;
+        fields >> event;
+        for (int i = 0; i < 6; ++i) fields >> value;
+        return event == "EvalEnd" && value == "3";
       });
   BOOST_TEST(full_evaluations == 2);
   BOOST_TEST(all_equal(overwritten.weights, plain.weights));
