@@ -17,7 +17,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
                                                                                "limit_val_batches")
                                 : -1;
   counters_ = FitCounters{};
-  publish(state);
+  context_.events.publish_progress();
   state.validation_follows = false;
   state.metrics.clear();
   state.tensors.clear_all();
@@ -97,7 +97,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
-  publish(state);  // the metrics are recorded at the loop's step and epoch
+  context_.events.publish_progress();  // the metrics are recorded at the loop's step and epoch
   for (const auto& loss : step_.loss_metrics()) {
     if (state.metrics.contains(loss.step) &&
         state.metrics.latest(loss.step).epoch == counters_.epoch) {
@@ -184,7 +184,7 @@ void FitLoop::run_step(bool can_validate) {
   const bool update = step_.finish();
   if (update) {
     ++counters_.step;
-    publish(state);  // the losses are recorded at this step
+    context_.events.publish_progress();  // the losses are recorded at this step
     step_.record_losses();
   }
   state.update_skipped = !update;
@@ -284,7 +284,7 @@ void FitLoop::restore(const FitProgress& progress) {
   auto& state = context_.state;
   counters_ =
       FitCounters{progress.epoch, progress.step, progress.batch_in_epoch, progress.global_batch, 0};
-  publish(state);
+  context_.events.publish_progress();
   resume_skip_ = progress.batch_in_epoch;
   epoch_start_rng_ = progress.epoch_start_rng;
   progress.rng.restore();

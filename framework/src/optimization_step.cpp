@@ -66,7 +66,7 @@ void OptimizationStep::reset() noexcept {
 
 void OptimizationStep::enter_phase(std::size_t index) noexcept {
   current_phase_ = index;
-  publish(context_.state);  // the phase's step function runs next
+  context_.events.publish_progress();  // the phase's step function runs next
 }
 
 void OptimizationStep::publish(State& state) const noexcept {
