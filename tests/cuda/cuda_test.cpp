@@ -1,9 +1,10 @@
 // Training on a GPU (label cuda): each case is skipped, with its message, where no CUDA device is
 // visible. What they check: a run on cuda:0 equals the CPU's within float tolerance; a run resumed
 // on CUDA from its own checkpoint ends bit for bit where the uninterrupted one does; checkpoints
-// cross devices both ways; bf16-mixed autocasts there; TerminateOnNaN stops without a host sync per
-// step; the default callbacks make no host sync per step (c10's sync-debug mode set to error);
-// torchbus-train --device cuda, killed with SIGKILL mid-run, resumes bit-exact.
+// cross devices both ways; bf16-mixed autocasts there; fp16-mixed skips overflowing steps and
+// checkpoints its loss scale; TerminateOnNaN stops without a host sync per step; the default
+// callbacks make no host sync per step (c10's sync-debug mode set to error); torchbus-train
+// --device cuda, killed with SIGKILL mid-run, resumes bit-exact.
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -135,6 +136,35 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_autocasts_the_forward_on_cuda) {
   run.trainer.fit(make_batches(4, 8));
   BOOST_TEST_REQUIRE(outputs.size() == 4u);
   for (const auto type : outputs) BOOST_TEST(type == at::kBFloat16);
+}
+
+// Float16 with loss scaling: a first step that overflows is skipped and lowers the scale; the scale
+// is in checkpoints, so a resumed run continues it.
+BOOST_AUTO_TEST_CASE(fp16_mixed_skips_overflowing_steps_and_checkpoints_the_scale) {
+  const auto options = [] { return TrainerOptions().precision(Precision::FP16Mixed); };
+  DeviceRun run(kGpu, options().max_epochs(1).loss_scaler(LossScalerOptions().init_scale(1e30)));
+  std::vector<bool> skipped;
+  std::vector<at::ScalarType> outputs;
+  run.trainer.on(Event::BeforeBackward,
+                 [&](State& state) { outputs.push_back(state.batch_output().scalar_type()); });
+  run.trainer.on(Event::StepEnd, [&](State& state) { skipped.push_back(state.update_skipped); });
+  run.trainer.fit(make_batches(4, 8));
+  BOOST_TEST_REQUIRE(skipped.size() == 4u);
+  BOOST_TEST(skipped.front());  // 1e30 * loss overflows float16
+  BOOST_TEST(!skipped.back());
+  for (const auto type : outputs) BOOST_TEST(type == at::kHalf);
+  const auto file = scratch("cuda_test", "fp16") / "scale.tbckpt";
+  run.trainer.save_checkpoint(file);
+  const auto scale = run.trainer.loss_scaler()->current_scale();
+  BOOST_TEST(scale < 1e30);
+  DeviceRun resumed(kGpu, options().max_epochs(2));
+  resumed.trainer.resume_from(file);
+  double resumed_scale = 0.0;
+  resumed.trainer.on(Event::ActionStart, [&](State&) {
+    resumed_scale = resumed.trainer.loss_scaler()->current_scale();
+  });
+  resumed.trainer.fit(make_batches(4, 8));
+  BOOST_TEST(resumed_scale == scale);
 }
 
 // On a GPU TerminateOnNaN reads a step's flags once they reached the host (docs: one step late):

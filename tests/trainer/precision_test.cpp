@@ -1,7 +1,6 @@
 // Precision: bfloat16 autocast around every step function, float16 refused on the CPU before
 // training, and the LossScaler's arithmetic (PyTorch GradScaler's rules).
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
 #include <support/bf16_support.hpp>
@@ -97,15 +96,6 @@ bool cpuinfo_lists(const std::vector<std::string>& flags) {
   BOOST_FAIL("/proc/cpuinfo has no flags line");
   return false;
 }
-
-struct CudaPresent {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result present(torch::cuda::is_available());
-    present.message() << "skipped: no CUDA device (this LibTorch "
-                      << (torch::cuda::is_available() ? "has" : "has no usable") << " CUDA)";
-    return present;
-  }
-};
 
 }  // namespace
 
@@ -332,35 +322,6 @@ BOOST_AUTO_TEST_CASE(the_scale_backs_off_on_overflow_and_grows_after_a_run_of_go
   BOOST_CHECK_THROW(Run(TrainerOptions().loss_scaler(LossScalerOptions().init_scale(-1.0)))
                         .trainer.fit(make_batches(1, 4)),
                     ConfigError);
-}
-
-// Float16 with loss scaling on a GPU: a first step that overflows is skipped and lowers the scale;
-// the scale is in checkpoints, so a resumed run continues it.
-BOOST_AUTO_TEST_CASE(float16_on_cuda_skips_overflowing_steps_and_checkpoints_the_scale,
-                     *boost::unit_test::precondition(CudaPresent())) {
-  Run run(TrainerOptions()
-              .device(torch::kCUDA)
-              .precision(Precision::FP16Mixed)
-              .loss_scaler(LossScalerOptions().init_scale(1e30)));
-  std::vector<bool> skipped;
-  run.trainer.on(Event::StepEnd, [&](State& state) { skipped.push_back(state.update_skipped); });
-  run.trainer.fit(make_batches(4, 8));
-  BOOST_TEST_REQUIRE(skipped.size() == 4u);
-  BOOST_TEST(skipped.front());  // 1e30 * loss overflows float16
-  BOOST_TEST(!skipped.back());
-  const auto file = std::filesystem::temp_directory_path() / "torchbus_fp16.tbckpt";
-  run.trainer.save_checkpoint(file);
-  const auto scale = run.trainer.loss_scaler()->current_scale();
-  BOOST_TEST(scale < 1e30);
-  Run resumed(TrainerOptions().device(torch::kCUDA).precision(Precision::FP16Mixed).max_epochs(2));
-  resumed.trainer.resume_from(file);
-  double resumed_scale = 0.0;
-  resumed.trainer.on(Event::ActionStart, [&](State&) {
-    resumed_scale = resumed.trainer.loss_scaler()->current_scale();
-  });
-  resumed.trainer.fit(make_batches(4, 8));
-  BOOST_TEST(resumed_scale == scale);
-  std::filesystem::remove(file);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
