@@ -9,6 +9,7 @@ float32, SGD (momentum 0.9) and Adam. Prints the same table and name=value lines
 """
 
 import argparse
+import importlib.util
 import statistics
 import time
 
@@ -53,7 +54,7 @@ def raw(device, optimizer_name, batches, steps, warmup):
     return (time.perf_counter() - started) / steps * 1e6
 
 
-def lightning(device, optimizer_name, batches, steps, warmup):
+def lightning_trainer(device, optimizer_name, batches, steps, warmup):
     import lightning.pytorch as pl  # noqa: the variant runs only when it is installed
 
     class Module(pl.LightningModule):
@@ -110,10 +111,9 @@ def main():
         return
     variants = {"raw": raw}
     if "lightning" in options.variants.split(","):
-        try:
-            import lightning.pytorch  # noqa: F401
-            variants["lightning"] = lightning
-        except ImportError:
+        if importlib.util.find_spec("lightning") is not None:
+            variants["lightning"] = lightning_trainer
+        else:
             print("python_device.py: Lightning is not installed; its variant is left out")
     torch.manual_seed(1)
     batches = [(torch.randn(256, 784).to(device), torch.randint(10, (256,)).to(device))

@@ -138,11 +138,12 @@ BOOST_AUTO_TEST_CASE(bf16_mixed_autocasts_the_forward_on_cuda) {
   for (const auto type : outputs) BOOST_TEST(type == at::kBFloat16);
 }
 
-// Float16 with loss scaling: a first step that overflows is skipped and lowers the scale; the scale
-// is in checkpoints, so a resumed run continues it.
+// Float16 with loss scaling: a first step that overflows is skipped and lowers the scale (here from
+// 1e30 to 1e4 at once); the scale is in checkpoints, so a resumed run continues it.
 BOOST_AUTO_TEST_CASE(fp16_mixed_skips_overflowing_steps_and_checkpoints_the_scale) {
   const auto options = [] { return TrainerOptions().precision(Precision::FP16Mixed); };
-  DeviceRun run(kGpu, options().max_epochs(1).loss_scaler(LossScalerOptions().init_scale(1e30)));
+  DeviceRun run(kGpu, options().max_epochs(1).loss_scaler(
+                          LossScalerOptions().init_scale(1e30).backoff_factor(1e-26)));
   std::vector<bool> skipped;
   std::vector<at::ScalarType> outputs;
   run.trainer.on(Event::BeforeBackward,
