@@ -52,6 +52,33 @@ void check_adds_up(const Profiler& profiler) {
   BOOST_TEST(std::abs(parts - rows.front().total_seconds) < 1e-6);
 }
 
+/// Naps `factor` times as long as everything else took since the action began (its own naps left
+/// out), and at least `least`: so its share of the run holds however fast or loaded the machine is.
+class ProportionalNap {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProportionalNap(Trainer& trainer, double factor, Clock::duration least)
+      : factor_(factor), least_(least) {
+    trainer.on(Event::ActionStart, [this](State&) { action_start_ = Clock::now(); });
+  }
+  void operator()() {
+    const auto others = Clock::now() - action_start_ - napped_;
+    const auto nap =
+        std::max(least_, std::chrono::duration_cast<Clock::duration>(factor_ * others));
+    const auto before = Clock::now();
+    std::this_thread::sleep_for(nap);
+    napped_ += Clock::now() - before;
+  }
+  /// The naps' total, in seconds.
+  double napped_seconds() const { return std::chrono::duration<double>(napped_).count(); }
+
+ private:
+  double factor_;
+  Clock::duration least_;
+  Clock::time_point action_start_;
+  Clock::duration napped_{};
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(profiler)
@@ -87,21 +114,10 @@ BOOST_AUTO_TEST_CASE(a_subscriber_over_warn_share_is_named_once_during_the_run) 
     run.trainer.add(std::make_shared<Profiler>(
         ProfilerOptions().log_table(false).warn_share(share).warn_every_steps(2)));
     // The plot naps four times as long as everything else took since the action began, so it is
-    // at least 80% of the time at every check, however fast or loaded the machine is.
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point action_start;
-    Clock::duration napped{};
-    run.trainer.on(Event::ActionStart, [&](State&) { action_start = Clock::now(); });
+    // at least 80% of the time at every check.
+    ProportionalNap nap(run.trainer, 4.0, std::chrono::milliseconds(5));
     run.trainer.on(
-        Event::StepEnd,
-        [&](State&) {
-          const auto others = Clock::now() - action_start - napped;
-          const auto nap = std::max<Clock::duration>(std::chrono::milliseconds(5), 4 * others);
-          const auto before = Clock::now();
-          std::this_thread::sleep_for(nap);
-          napped += Clock::now() - before;
-        },
-        named("slow_plot"));
+        Event::StepEnd, [&](State&) { nap(); }, named("slow_plot"));
     int steps_when_warned = -1;
     CapturedLog log;
     run.trainer.on(Event::StepEnd, [&](State& state) {
@@ -133,8 +149,10 @@ BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluation
   run.trainer.add(std::make_shared<Timer>());
   int evaluations = 0;
   run.trainer.on(Event::EvalStart, [&](State&) { ++evaluations; });
+  // Each nap is as long as everything else took so far, so the naps outweigh the evaluations.
+  ProportionalNap nap(run.trainer, 1.0, std::chrono::milliseconds(1));
   const auto eval_sleeper = run.trainer.bus().next_subscriber_id();
-  run.trainer.on(Event::EvalBatchEnd, [](State&) { sleep_ms(1); });
+  run.trainer.on(Event::EvalBatchEnd, [&](State&) { nap(); });
   auto train = make_batches(6, 4);  // 3 steps of 2 batches per epoch
   auto validation = make_batches(2, 4, 4, 3, 11);
   run.trainer.fit(train, validation);
@@ -150,7 +168,7 @@ BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluation
   const auto slow = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(eval_sleeper),
                         "EvalBatchEnd");
   BOOST_TEST(slow.calls == 2 * evaluations);
-  BOOST_TEST(slow.total_seconds >= 2 * evaluations * 0.001);
+  BOOST_TEST(slow.total_seconds >= nap.napped_seconds());
   BOOST_TEST(row(*profiler, "phase", "evaluation").total_seconds < slow.total_seconds);
   check_adds_up(*profiler);
 }
@@ -172,8 +190,11 @@ BOOST_AUTO_TEST_CASE(gradient_sync_is_a_phase_only_with_several_ranks) {
 
 BOOST_AUTO_TEST_CASE(a_slow_train_step_makes_forward_dominate) {
   Run run;
-  run.trainer.set_train_step([](Trainer& t, Batch& batch) {
-    sleep_ms(3);
+  // Each step naps as long as everything else took so far, so the forwards outweigh every other
+  // row.
+  ProportionalNap nap(run.trainer, 1.0, std::chrono::milliseconds(3));
+  run.trainer.set_train_step([&](Trainer& t, Batch& batch) {
+    nap();
     return t.compute_loss(t.forward(batch.data), batch.target);
   });
   auto profiler = std::make_shared<Profiler>(ProfilerOptions().log_table(false));
@@ -184,7 +205,7 @@ BOOST_AUTO_TEST_CASE(a_slow_train_step_makes_forward_dominate) {
 
   const auto forward = row(*profiler, "phase", "forward");
   BOOST_TEST(forward.calls == 4);
-  BOOST_TEST(forward.total_seconds >= 4 * 0.003);
+  BOOST_TEST(forward.total_seconds >= nap.napped_seconds());
   for (const auto& r : profiler->rows()) {
     if (r.kind != "total" && r.name != "forward")
       BOOST_TEST(r.total_seconds < forward.total_seconds);
