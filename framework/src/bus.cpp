@@ -116,9 +116,8 @@ struct IsolatedSlot {
     try {
       call(state);
       channels->subscribers[id]->failures_in_a_row = 0;
-    } catch (const ControlSignal&) {
-      throw;  // a request, not a failure
     } catch (...) {
+      if (handling_control_signal()) throw;  // a request, not a failure
       // At ActionStart nothing has run yet: a subscriber that cannot start (an unwritable folder,
       // an unreachable server) fails the action at once, whatever its policy.
       if (channel == index_of(Event::ActionStart)) throw;

@@ -7,7 +7,8 @@
 #include <boost/signals2/dummy_mutex.hpp>
 #include <boost/signals2/signal_type.hpp>
 #include <torchbus/bus.hpp>
-#include <torchbus/control.hpp>
+
+#include "control_catch.hpp"
 
 #include <cstdint>
 #include <exception>
@@ -53,9 +54,10 @@ struct Dispatch {
     std::exception_ptr control;
     for (; first != last; ++first) {
       try {
-        static_cast<void>(*first);
-      } catch (const ControlSignal&) {  // applied by EventFlow once the others ran
-        if (!control) control = std::current_exception();
+        catch_control([&] { static_cast<void>(*first); },
+                      [&](const ControlSignal&) {  // applied by EventFlow once the others ran
+                        if (!control) control = std::current_exception();
+                      });
       } catch (...) {
         if (!*guarded) throw;
         log_guarded_error("a guarded emission");

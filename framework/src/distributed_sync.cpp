@@ -7,6 +7,7 @@
 
 #include "distributed_sync.hpp"
 #include "log_rank.hpp"
+#include "state_writer.hpp"
 
 #include <algorithm>
 
@@ -33,10 +34,9 @@ DistributedSync::~DistributedSync() = default;
 
 void DistributedSync::set_group(std::shared_ptr<ProcessGroup> group) {
   group_ = std::move(group);
-  state_.process_group = group_.get();
-  state_.rank = group_ ? group_->rank() : 0;
-  state_.local_rank = group_ ? group_->local_rank() : 0;
-  state_.world_size = group_ ? group_->world_size() : 1;
+  detail::StateWriter::set_placement(state_, group_.get(), group_ ? group_->rank() : 0,
+                                     group_ ? group_->local_rank() : 0,
+                                     group_ ? group_->world_size() : 1);
   detail::set_log_rank(active() ? std::optional<int>(state_.rank) : std::nullopt);
 }
 
@@ -99,7 +99,7 @@ void DistributedSync::synchronize(std::size_t phase, bool& has_backward, at::Ten
   const auto ranks_with_backward = status[kRanksWithBackward];
   has_backward = ranks_with_backward > 0.0;
   if (has_backward) window_loss = buckets.status_loss.reshape({}) / ranks_with_backward;
-  if (status[kRanksSkipping] > 0.0) state_.skip_update = true;
+  if (status[kRanksSkipping] > 0.0) detail::StateWriter::set_skip_update(state_, true);
   for (int rank = 0; rank < state_.world_size; ++rank) {
     const auto flag = status[kStopFlags + rank];
     if (flag != kNoStop) {

@@ -4,7 +4,7 @@
 #include <torchbus/metric_names.hpp>
 
 #include "evaluation_loop.hpp"
-#include "step_output_access.hpp"
+#include "state_writer.hpp"
 
 namespace torchbus {
 namespace {
@@ -25,13 +25,17 @@ class ModeGuard {
 
 }  // namespace
 
+void EvaluationLoop::publish(State& state) const noexcept {
+  detail::StateWriter::publish_evaluation(state, batch_);
+}
+
 at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   auto& state = context_.state;
   auto& events = context_.events;
   torch::NoGradGuard no_grad;
   ModeGuard mode(context_.module);
   context_.module.eval();
-  state.training = false;
+  detail::StateWriter::set_training(state, false);
   batch_ = 0;
   events.open(Event::EvalStart, Event::EvalEnd);
   data.start_epoch(0);
@@ -39,14 +43,14 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   std::int64_t samples = 0;
   Batch batch;
   while ((batch_limit < 0 || batch_ < batch_limit) && data.next(batch)) {
-    state.cancelled = false;
+    detail::StateWriter::set_cancelled(state, false);
     move_to_device(batch, context_);
     events.open(Event::EvalBatchStart, Event::EvalBatchEnd);
     const auto loss = state.cancelled
                           ? at::Tensor()
                           : call_step(context_, &StepHooks::eval_step, batch, "eval step");
     if (!state.cancelled) {
-      detail::StepOutputAccess::set_batch(state, loss, batch.target);
+      detail::StateWriter::set_batch(state, loss, batch.target);
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
       const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
@@ -54,7 +58,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     }
     events.close();  // EvalBatchEnd
     state.tensors.clear(Scope::Batch);
-    detail::StepOutputAccess::clear_batch(state);
+    detail::StateWriter::clear_batch(state);
     ++batch_;
   }
   TORCHBUS_CHECK(batch_ > 0, DataError,
@@ -75,7 +79,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     state.record_metric(metric_names::kValLoss, mean_loss);
   }
   events.close();  // EvalEnd
-  state.training = true;
+  detail::StateWriter::set_training(state, true);
   return mean_loss;
 }
 

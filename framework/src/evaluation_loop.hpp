@@ -22,7 +22,7 @@ class EvaluationLoop {
   /// undefined tensor when every batch was cancelled.
   at::Tensor run(BatchSource& data, std::int64_t batch_limit);
   /// Writes the batch count into `state` (State::eval_batch).
-  void publish(State& state) const noexcept { state.eval_batch = batch_; }
+  void publish(State& state) const noexcept;
 
  private:
   LoopContext context_;

@@ -21,16 +21,17 @@ std::string describe(const std::exception_ptr& error) {
 
 void EventFlow::fire(Event event) {
   publish_progress();
-  try {
-    publisher_.emit(event, state_);
-  } catch (const ControlSignal& signal) {
-    TORCHBUS_CHECK(signal.kind() != ControlKind::BatchCancel || event == Event::BatchStart ||
-                       event == Event::BeforeBackward || event == Event::EvalBatchStart,
-                   ConfigError, "CancelBatch raised at ", to_string(event),
-                   ": a batch can only be cancelled before its backward: at BatchStart, in the "
-                   "train or eval step, at BeforeBackward or at EvalBatchStart");
-    apply(signal);
-  }
+  detail::catch_control(
+      [&] { publisher_.emit(event, state_); },
+      [&](const ControlSignal& signal) {
+        TORCHBUS_CHECK(signal.kind() != ControlKind::BatchCancel || event == Event::BatchStart ||
+                           event == Event::BeforeBackward || event == Event::EvalBatchStart,
+                       ConfigError, "CancelBatch raised at ", to_string(event),
+                       ": a batch can only be cancelled before its backward: at "
+                       "BatchStart, in the train or eval step, at BeforeBackward or at "
+                       "EvalBatchStart");
+        apply(signal);
+      });
 }
 
 void EventFlow::apply(const ControlSignal& signal) {
@@ -42,7 +43,7 @@ void EventFlow::apply(const ControlSignal& signal) {
       state_.request_epoch_end(signal.reason());
       break;
     case ControlKind::BatchCancel:
-      state_.cancelled = true;
+      detail::StateWriter::set_cancelled(state_, true);
       break;
   }
 }
@@ -73,16 +74,15 @@ void EventFlow::run_action(const std::function<void()>& body, ProcessGroup* grou
     ~Finish() { running = false; }
   } finish{running_};
   state_.clear_epoch_end();
-  state_.error = nullptr;
-  state_.error_message.clear();
+  detail::StateWriter::set_error(state_, nullptr, "");
   open_ends_.clear();
   try {
     open(Event::ActionStart, Event::ActionEnd);
     body();
     close();
   } catch (...) {
-    state_.error = std::current_exception();
-    state_.error_message = describe(state_.error);
+    const auto error = std::current_exception();
+    detail::StateWriter::set_error(state_, error, describe(error));
     if (group != nullptr) group->report_failure(state_.error_message);
     publisher_.emit_guarded(Event::Exception, state_);
     while (!open_ends_.empty()) {

@@ -6,6 +6,9 @@
 #include <torchbus/bus.hpp>
 #include <torchbus/control.hpp>
 
+#include "control_catch.hpp"
+#include "state_writer.hpp"
+
 #include <functional>
 #include <vector>
 
@@ -46,14 +49,10 @@ class EventFlow {
   /// cancels the batch (returns false then).
   template <typename Step>
   bool run_step(Step&& step) {
-    try {
-      step();
-      return true;
-    } catch (const ControlSignal& signal) {
+    return detail::catch_control(step, [this](const ControlSignal& signal) {
       apply(signal);
-      state_.cancelled = true;  // whatever it asked for, the step returned no loss
-      return false;
-    }
+      detail::StateWriter::set_cancelled(state_, true);  // whatever it asked, no loss came back
+    });
   }
   /// Publishes `start` and owes `end` (owed even if a subscriber of `start` throws).
   void open(Event start, Event end);

@@ -2,7 +2,7 @@
 #include <torchbus/error.hpp>
 
 #include "fit_loop.hpp"
-#include "step_output_access.hpp"
+#include "state_writer.hpp"
 
 #include <algorithm>
 
@@ -18,11 +18,11 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
                                 : -1;
   counters_ = FitCounters{};
   context_.events.publish_progress();
-  state.validation_follows = false;
+  detail::StateWriter::set_validation_follows(state, false);
   state.metrics.clear();
   state.tensors.clear_all();
-  detail::StepOutputAccess::clear_all(state);
-  state.sanity_checking = false;
+  detail::StateWriter::clear_all(state);
+  detail::StateWriter::set_sanity_checking(state, false);
   state.clear_stop();  // a resume restores the stop that ended the run, if one did
   resume_skip_ = 0;    // and the batches of its epoch already trained
   epoch_finished_ = false;
@@ -61,10 +61,10 @@ void FitLoop::run_sanity_check(BatchSource& validation) {
                                             : std::min(steps, val_batch_limit_);
   const MetricHistory metrics = state.metrics;
   const auto generators = RngState::capture();
-  state.sanity_checking = true;
+  detail::StateWriter::set_sanity_checking(state, true);
   evaluation_.run(validation, limit);
-  state.sanity_checking = false;
-  state.metrics = metrics;
+  detail::StateWriter::set_sanity_checking(state, false);
+  detail::StateWriter::restore_metrics(state, metrics);
   state.tensors.clear(Scope::Step);
   state.tensors.clear(Scope::Epoch);
   generators.restore();
@@ -74,9 +74,9 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   auto& state = context_.state;
   const auto& options = context_.options;
   counters_.batch_in_epoch = 0;
-  state.training = true;
+  detail::StateWriter::set_training(state, true);
   epoch_finished_ = false;
-  state.accumulate_grad_batches = options.accumulate_grad_batches_at(counters_.epoch);
+  detail::StateWriter::set_accumulation(state, options.accumulate_grad_batches_at(counters_.epoch));
   context_.events.open(Event::EpochStart, Event::EpochEnd);
   start_epoch(train);
   bool more = true;  // the data has batches left
@@ -91,7 +91,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
     run_step(validation != nullptr);
     if (state.validation_follows) {
       evaluation_.run(*validation, val_batch_limit_);
-      state.validation_follows = false;
+      detail::StateWriter::set_validation_follows(state, false);
       sync_.agree_on_stop();
     }
   }
@@ -187,25 +187,23 @@ void FitLoop::run_step(bool can_validate) {
     context_.events.publish_progress();  // the losses are recorded at this step
     step_.record_losses();
   }
-  state.update_skipped = !update;
+  detail::StateWriter::set_update_skipped(state, !update);
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
   // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
   const auto every = context_.options.val_every_n_steps();
-  state.validation_follows = can_validate && every > 0 && update && counters_.step % every == 0;
+  detail::StateWriter::set_validation_follows(
+      state, can_validate && every > 0 && update && counters_.step % every == 0);
   context_.events.close();  // StepEnd
-  state.update_skipped = false;
+  detail::StateWriter::set_update_skipped(state, false);
   state.tensors.clear(Scope::Step);
-  detail::StepOutputAccess::set_step(state, at::Tensor());
+  detail::StateWriter::set_step(state, at::Tensor());
   // Distributed, a stop requested from here on rides with the next step's gradients (or is agreed
   // after the next validation or EpochEnd): one collective per bucket and step, none else.
 }
 
 void FitLoop::publish(State& state) const noexcept {
-  state.epoch = counters_.epoch;
-  state.step = counters_.step;
-  state.batch_in_epoch = counters_.batch_in_epoch;
-  state.global_batch = counters_.global_batch;
-  state.window_position = counters_.window_position;
+  detail::StateWriter::publish_fit(state, counters_.epoch, counters_.step, counters_.batch_in_epoch,
+                                   counters_.global_batch, counters_.window_position);
 }
 
 FitProgress FitLoop::progress() const {

@@ -5,7 +5,7 @@
 #include "fit_loop.hpp"
 #include "libtorch_compat.hpp"
 #include "optimization_step.hpp"
-#include "step_output_access.hpp"
+#include "state_writer.hpp"
 
 namespace torchbus {
 
@@ -70,11 +70,9 @@ void OptimizationStep::enter_phase(std::size_t index) noexcept {
 }
 
 void OptimizationStep::publish(State& state) const noexcept {
-  state.window_size = window_size_;
-  state.optimizer_phase = current_phase_;
-  state.optimizer_phase_name = phase_list_[current_phase_].name();
-  state.optimizer = phase_list_[current_phase_].optimizer();
-  state.optimizer_phase_step = phases_[current_phase_].steps;
+  const auto& phase = phase_list_[current_phase_];
+  detail::StateWriter::publish_step(state, window_size_, current_phase_, phase.name(),
+                                    phase.optimizer(), phases_[current_phase_].steps);
 }
 
 std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first,
@@ -89,7 +87,7 @@ std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first
 void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
   auto& state = context_.state;
   window_size_ = static_cast<std::int64_t>(batches);
-  state.skip_update = false;
+  detail::StateWriter::set_skip_update(state, false);
   window_first_batch_ = first_batch;
   window_batches_run_ = 0;
   for (std::size_t i = 0; i < phases_.size(); ++i) {
@@ -107,7 +105,7 @@ void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
 void OptimizationStep::run_batch(Batch& batch) {
   auto& state = context_.state;
   auto& events = context_.events;
-  state.cancelled = false;
+  detail::StateWriter::set_cancelled(state, false);
   move_to_device(batch, context_);
   events.open(Event::BatchStart, Event::BatchEnd);
   const auto batch_index = window_first_batch_ + window_batches_run_++;
@@ -120,7 +118,7 @@ void OptimizationStep::run_batch(Batch& batch) {
   }
   events.close();  // BatchEnd
   state.tensors.clear(Scope::Batch);
-  detail::StepOutputAccess::clear_batch(state);
+  detail::StateWriter::clear_batch(state);
 }
 
 void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
@@ -130,13 +128,13 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
   enter_phase(index);
   const auto loss = call_step(context_, &StepHooks::train_step, batch, run.step_name.c_str());
   if (!state.cancelled) {
-    detail::StepOutputAccess::set_batch(state, loss, batch.target);
+    detail::StateWriter::set_batch(state, loss, batch.target);
     events.fire(Event::BeforeBackward);
   }
   if (!state.cancelled) {
     const auto window = run.due;
     const auto scaled = window == 1 ? loss : loss / static_cast<double>(window);
-    detail::StepOutputAccess::set_backward(state, scaled);
+    detail::StateWriter::set_backward(state, scaled);
     sync_.before_backward(index, !run.has_backward, run.seen == window);
     // One phase's backward reaches every leaf, as `loss.backward()` does; with several, only
     // the phase's parameters: a generator's loss leaves the discriminator's gradients alone.
@@ -195,7 +193,7 @@ void OptimizationStep::step_phase(std::size_t index) {
   // Unscaled after the all-reduce: every rank finds the same overflow and skips alike.
   const bool scaled = run.loss_scaler && run.has_backward;
   const bool overflow = scaled && run.loss_scaler->unscale(parameters_[index]);
-  if (overflow) state.skip_update = true;
+  if (overflow) detail::StateWriter::set_skip_update(state, true);
   if (run.has_backward && !state.skip_update) context_.events.fire(Event::BeforeOptimizerStep);
   const bool update = run.has_backward && !state.skip_update;
   sync_.record_update(index, update);
@@ -203,7 +201,7 @@ void OptimizationStep::step_phase(std::size_t index) {
     clip_gradients(index);
     context_.hooks.optimizer_step();
     ++run.steps;
-    detail::StepOutputAccess::set_step(state, run.window_loss);
+    detail::StateWriter::set_step(state, run.window_loss);
     state.tensors.set(tensor_names::kStepLoss, run.window_loss, Scope::Step);
     context_.events.fire(Event::AfterOptimizerStep);
   }
@@ -211,7 +209,7 @@ void OptimizationStep::step_phase(std::size_t index) {
   if (run.has_backward) clear_gradients(*phase_list_[index].optimizer());
   run.stepped = true;
   run.updated = update;
-  state.skip_update = false;  // a skip asked for applies to one phase's step
+  detail::StateWriter::set_skip_update(state, false);  // a skip applies to one phase's step
   enter_phase(0);
 }
 

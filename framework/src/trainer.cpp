@@ -19,7 +19,7 @@
 #include "loop_context.hpp"
 #include "optimization_step.hpp"
 #include "phase_models.hpp"
-#include "step_output_access.hpp"
+#include "state_writer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -240,8 +240,7 @@ void Trainer::ensure_idle() const {
 }
 
 void Trainer::set_action(Action action) noexcept {
-  state_.action = action;
-  state_.trainer_ = action == Action::None ? nullptr : this;
+  detail::StateWriter::set_action(state_, action, action == Action::None ? nullptr : this);
 }
 
 // ---- actions ------------------------------------------------------------------------------------
@@ -274,12 +273,9 @@ void Trainer::prepare_run() {
       }
     }
   }
-  state_.model = module_.get();
-  state_.device = device;
-  state_.accumulate_grad_batches = run_options_.accumulate_grad_batches_at(0);
-  state_.max_epochs = run_options_.max_epochs();
-  state_.max_steps = run_options_.max_steps();
-  state_.fast_dev_run = run_options_.fast_dev_run() > 0;
+  detail::StateWriter::set_run(state_, module_.get(), device, run_options_.max_epochs(),
+                               run_options_.max_steps(), run_options_.fast_dev_run() > 0);
+  detail::StateWriter::set_accumulation(state_, run_options_.accumulate_grad_batches_at(0));
 }
 
 void Trainer::run_as(Action action, const std::function<void()>& body) {
@@ -329,7 +325,7 @@ double Trainer::evaluate_source(BatchSource& data) {
   at::Tensor mean_loss;
   run_as(Action::Evaluate, [&] {
     state_.clear_stop();
-    detail::StepOutputAccess::clear_all(state_);
+    detail::StateWriter::clear_all(state_);
     prepare_run();
     const auto limit =
         run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");

@@ -28,7 +28,7 @@ namespace torchbus {
 class ProcessGroup;
 class Trainer;
 namespace detail {
-struct StepOutputAccess;
+struct StateWriter;
 }
 
 /// The action a trainer runs.
@@ -170,8 +170,7 @@ struct State {
   }
 
  private:
-  friend class Trainer;                    // sets trainer_ for the duration of an action
-  friend struct detail::StepOutputAccess;  // the loop's parts set the step's output
+  friend struct detail::StateWriter;  // the framework's one writer of State's fields
 
   /// Makes the batch's values undefined (after BatchEnd and EvalBatchEnd).
   void clear_batch_output() noexcept;
