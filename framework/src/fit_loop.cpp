@@ -1,5 +1,7 @@
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
 
 #include "fit_loop.hpp"
 #include "state_writer.hpp"
@@ -16,6 +18,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   val_batch_limit_ = validation ? options.limit_val_batches().batches_per_pass(validation->size(),
                                                                                "limit_val_batches")
                                 : -1;
+  epoch_batches_ = train.size();
   counters_ = FitCounters{};
   context_.events.publish_progress();
   detail::StateWriter::set_validation_follows(state, false);
@@ -165,8 +168,33 @@ bool FitLoop::fill_window(BatchSource& train) {
   return !limit_reached;
 }
 
+void FitLoop::count_step_samples() {
+  const auto& state = context_.state;
+  const auto batches = static_cast<std::int64_t>(window_used_);
+  // A short window, or one holding the epoch's last batch (which may be smaller), says nothing.
+  const bool epoch_tail = epoch_batches_ && counters_.batch_in_epoch + batches >= *epoch_batches_;
+  if (batches != state.accumulate_grad_batches || epoch_tail) return;
+  std::int64_t samples = 0;
+  for (std::size_t i = 0; i < window_used_; ++i) {
+    const auto& data = window_[i].data;
+    samples += data.defined() && data.dim() > 0 ? data.size(0) : 1;
+  }
+  step_samples_ = samples * state.world_size;
+  if (expected_step_samples_ > 0) {
+    TORCHBUS_CHECK(step_samples_ == expected_step_samples_, DataError, "resumed on ",
+                   state.world_size, " ranks from a checkpoint of ", resharded_from_,
+                   ": a step here takes ", step_samples_, " samples (", state.world_size,
+                   " ranks x ", samples / batches, " per batch x ", batches,
+                   " batches per step), the checkpoint's run took ", expected_step_samples_,
+                   "; resuming on another number of ranks needs the same global batch (per-rank "
+                   "batch x ranks x accumulate_grad_batches)");
+  }
+  expected_step_samples_ = 0;
+}
+
 void FitLoop::run_step(bool can_validate) {
   auto& state = context_.state;
+  count_step_samples();
   counters_.window_position = 0;
   step_.begin(window_used_, counters_.global_batch);
   context_.events.open(Event::StepStart, Event::StepEnd);
@@ -239,6 +267,9 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   archive.write("accumulate_grad_batches",
                 c10::IValue(configured.accumulate_grad_batches_at(k_epoch)));
   archive.write("accumulate_grad_batches_epoch", c10::IValue(k_epoch));
+  // What a resume on another number of ranks checks (docs/distributed.md).
+  archive.write("world_size", c10::IValue(static_cast<std::int64_t>(context_.state.world_size)));
+  archive.write("step_samples", c10::IValue(step_samples_));
 }
 
 FitProgress read_fit_position(detail::CheckpointReader& reader) {
@@ -265,7 +296,11 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
   const auto k_epoch = reader.optional_value("accumulate_grad_batches_epoch");
   const auto k_here = k_epoch.isInt() ? configured.accumulate_grad_batches_at(k_epoch.toInt())
                                       : configured.accumulate_grad_batches();
-  if (k != k_here) {
+  // Another number of ranks may step on the same global batch with another k.
+  const auto ranks = reader.optional_value("world_size");
+  const auto ranks_here = static_cast<std::int64_t>(context_.state.world_size);
+  const bool resharded = ranks.isInt() && ranks.toInt() != ranks_here;
+  if (k != k_here && !resharded) {
     reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ", k_here,
                 k_epoch.isInt() ? detail::concat(" in epoch ", k_epoch.toInt(), " (counted from 0)")
                                 : std::string(),
@@ -273,6 +308,21 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
                 "only for epochs after the checkpoint's)");
   }
   auto progress = read_fit_position(reader);
+  if (ranks.isInt()) progress.world_size = ranks.toInt();
+  const auto step_samples = reader.optional_value("step_samples");
+  if (step_samples.isInt()) progress.step_samples = step_samples.toInt();
+  if (resharded) {
+    // The epoch continues after the steps it made, however many batches a step is made of here.
+    if (progress.batch_in_epoch % k != 0) {
+      reader.fail("was written inside an accumulation window (batch ", progress.batch_in_epoch,
+                  " of epoch ", progress.epoch, ", ", k,
+                  " batches per step): resuming on another number of ranks (", ranks.toInt(),
+                  " -> ", ranks_here, ") needs a checkpoint at a step boundary");
+    }
+    const auto batches = progress.batch_in_epoch / k * k_here;
+    progress.global_batch += batches - progress.batch_in_epoch;
+    progress.batch_in_epoch = batches;
+  }
   progress.rng = RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector());
   progress.epoch_start_rng = reader.tensor("epoch_start_rng");
   return progress;
@@ -284,6 +334,20 @@ void FitLoop::restore(const FitProgress& progress) {
       FitCounters{progress.epoch, progress.step, progress.batch_in_epoch, progress.global_batch, 0};
   context_.events.publish_progress();
   resume_skip_ = progress.batch_in_epoch;
+  const auto ranks_here = static_cast<std::int64_t>(context_.state.world_size);
+  resharded_from_ =
+      progress.world_size > 0 && progress.world_size != ranks_here ? progress.world_size : 0;
+  expected_step_samples_ = resharded_from_ > 0 ? progress.step_samples : 0;
+  step_samples_ = progress.step_samples;
+  if (resharded_from_ > 0) {
+    logger()->info(
+        "resuming a checkpoint of {} ranks on {}: epoch {} continues after its first {} batches "
+        "per rank, each sample of the epoch's order used once{}",
+        resharded_from_, ranks_here, progress.epoch, progress.batch_in_epoch,
+        expected_step_samples_ > 0
+            ? detail::concat(" (a step stays ", expected_step_samples_, " samples)")
+            : std::string());
+  }
   epoch_start_rng_ = progress.epoch_start_rng;
   progress.rng.restore();
   state.clear_stop();

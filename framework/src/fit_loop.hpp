@@ -14,6 +14,7 @@
 #include "optimization_step.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,13 @@ struct FitProgress {
   std::int64_t batch_in_epoch = 0;  ///< batches of that epoch already trained
   std::int64_t global_batch = 0;    ///< batches trained since the run began
   std::string stop_reason;          ///< why the run finished; empty when it goes on
-  RngState rng{at::Tensor(), {}};   ///< the generators
-  at::Tensor epoch_start_rng;       ///< the CPU generator when the epoch's order was drawn
+  /// The number of ranks that wrote it (0: not recorded, a checkpoint before it was).
+  std::int64_t world_size = 0;
+  /// Samples in one full step across every rank (per-rank batch × ranks × batches per step) of
+  /// the run that wrote it (0: not known yet, or not recorded).
+  std::int64_t step_samples = 0;
+  RngState rng{at::Tensor(), {}};  ///< the generators
+  at::Tensor epoch_start_rng;      ///< the CPU generator when the epoch's order was drawn
 };
 
 /// The position and end of the run a checkpoint holds (its generators are not read).
@@ -79,6 +85,9 @@ class FitLoop {
   void start_epoch(BatchSource& train);
   bool fill_window(BatchSource& train);
   void run_step(bool can_validate);
+  // Counts the samples of a full step across the ranks; checks them once after a resume on
+  // another number of ranks.
+  void count_step_samples();
   bool step_limit_reached() const noexcept;
   bool finished() const noexcept;
 
@@ -92,6 +101,12 @@ class FitLoop {
   bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
+  std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
+  std::int64_t step_samples_ = 0;  // samples of the last full step across every rank (0: none yet)
+  // Resumed on another number of ranks: the checkpoint's ranks and step samples, until the first
+  // full step has checked that the global batch is the same (0: nothing to check).
+  std::int64_t resharded_from_ = 0;
+  std::int64_t expected_step_samples_ = 0;
   std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
   std::int64_t val_batch_limit_ = -1;    // batches per validation (-1: all)
 };

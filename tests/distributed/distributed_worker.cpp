@@ -10,6 +10,8 @@
 // or BeforeOptimizerStep), throw_rank/throw_step (throw there),
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
+// samples=1 (each rank appends "epoch step index" to OUT/rank<r>.samples for every sample it
+// trains on, step being the steps completed before it),
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay),
 // gan=1 (instead: a small GAN in two optimizer phases, discriminator then generator, whose
 // generator turns each sample's first 3 features, negated, into a fake; no validation),
@@ -35,6 +37,13 @@ class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
     torch::manual_seed(7);
     inputs_ = torch::randn({96, 8});
     targets_ = torch::randint(0, 4, {96}, torch::kLong);
+  }
+  /// The index of the sample whose features are `row` (-1: none).
+  std::int64_t index_of(const at::Tensor& row) const {
+    for (std::int64_t i = 0; i < inputs_.size(0); ++i) {
+      if (torch::equal(inputs_[i], row)) return i;
+    }
+    return -1;
   }
   torch::data::Example<> get(std::size_t index) override {
     const auto i = static_cast<std::int64_t>(index);
@@ -159,6 +168,21 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
     if (state.step == mark_step) std::ofstream(out + "/rank" + std::to_string(rank) + ".running");
   });
   if (args.count("resume")) trainer.resume_from(args.at("resume"));
+  std::ofstream samples;
+  if (number(args, "samples", 0) != 0) {
+    samples.open(out + "/rank" + std::to_string(rank) + ".samples", std::ios::app);
+    trainer.set_train_step([&](torchbus::Trainer& t, torchbus::Batch& batch) {
+      const auto& state = t.state();
+      for (std::int64_t i = 0; i < batch.data.size(0); ++i) {
+        samples << state.epoch << ' ' << state.step << ' ' << dataset.index_of(batch.data[i])
+                << '\n';
+      }
+      samples.flush();
+      auto output = t.forward(batch.data);
+      t.state().set_batch_output(output);
+      return t.compute_loss(output, batch.target);
+    });
+  }
 
   auto loader = torch::data::make_data_loader(
       dataset.map(torch::data::transforms::Stack<>()),

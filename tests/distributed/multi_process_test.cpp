@@ -9,7 +9,10 @@
 #include <support/fixtures.hpp>
 #include <support/scratch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <numeric>
 
 using namespace torchbus::testing;
 namespace fs = std::filesystem;
@@ -143,6 +146,42 @@ void check_survivor(const Survivor& survivor, int victim, double timeout_seconds
     BOOST_TEST(survivor.output.find("timeout") == std::string::npos);
     BOOST_TEST(survivor.output.find("timed out") == std::string::npos);
   }
+}
+
+/// The samples each rank logged (samples=1), as "epoch step index" rows of every rank in `dir`.
+struct SampleRow {
+  std::int64_t epoch, step, index;
+};
+std::vector<SampleRow> logged_samples(const fs::path& dir) {
+  std::vector<SampleRow> rows;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".samples") continue;
+    std::ifstream in(entry.path());
+    for (SampleRow row{}; in >> row.epoch >> row.step >> row.index;) rows.push_back(row);
+  }
+  return rows;
+}
+
+/// Starts `world` ranks of the worker with `args`, waits until rank 0 has marked `mark_step`,
+/// and SIGKILLs every rank.
+void kill_ranks_mid_training(const std::vector<std::string>& args, int world, const fs::path& dir) {
+  const auto port = free_port();
+  std::vector<std::string> command{kWorker};
+  command.insert(command.end(), args.begin(), args.end());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    pids.push_back(spawn(command, torchrun_environment(rank, world, port),
+                         dir / ("rank" + std::to_string(rank) + ".log")));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  while (!fs::exists(dir / "rank0.running") &&
+         std::chrono::steady_clock::now() - started < std::chrono::minutes(2)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (const pid_t pid : pids) kill(pid, SIGKILL);
+  for (const pid_t pid : pids) waitpid(pid, nullptr, 0);
+  BOOST_REQUIRE_MESSAGE(fs::exists(dir / "rank0.running"),
+                        "training never reached the mark: " + read_text(dir / "rank0.log"));
 }
 
 }  // namespace
@@ -365,6 +404,99 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_rank_0_resumes_on_two_ranks_exactly) {
   BOOST_TEST(all_equal(load_parameters(resumed.path / "rank0.params"), expected));
   BOOST_TEST(all_equal(load_parameters(resumed.path / "rank1.params"), expected));
   BOOST_TEST(read_results(resumed.path / "rank1.txt").at("step") == "9");
+}
+
+// 96 samples, 2 epochs at a global batch of 24 (4 steps per epoch). A run killed with SIGKILL
+// mid-epoch after its checkpoint of step 2 resumes on another number of ranks with the same
+// global batch (3 ranks of 8; 1 rank of 12 accumulating 2): the same weights as the uninterrupted
+// run within float rounding, and every sample of the interrupted epoch trained exactly once.
+BOOST_AUTO_TEST_CASE(
+    a_run_killed_on_two_ranks_resumes_on_one_and_on_three_with_the_same_global_batch) {
+  TempDir whole("distributed");
+  BOOST_REQUIRE_EQUAL(
+      run_torchrun_style(kWorker, {"out=" + whole.path.string(), "batch=12"}, 2, free_port())
+          .exit_codes,
+      (std::vector<int>{0, 0}));
+  const auto expected = load_parameters(whole.path / "rank0.params");
+
+  TempDir killed("distributed");
+  const auto checkpoint = (killed.path / "step2.tbckpt").string();
+  kill_ranks_mid_training({"out=" + killed.path.string(), "batch=12", "save_step=2",
+                           "save=" + checkpoint, "mark_step=3", "samples=1"},
+                          2, killed.path);
+  std::vector<std::int64_t> before_checkpoint;  // epoch 0's samples of steps 0 and 1
+  for (const auto& row : logged_samples(killed.path)) {
+    if (row.epoch == 0 && row.step < 2) before_checkpoint.push_back(row.index);
+  }
+  BOOST_TEST(before_checkpoint.size() == 48u);
+
+  struct Resume {
+    int ranks;
+    int batch;
+    int accumulate;
+  };
+  for (const auto resume : {Resume{3, 8, 1}, Resume{1, 12, 2}}) {
+    BOOST_TEST_CONTEXT("2 ranks -> " << resume.ranks << " of batch " << resume.batch << " x "
+                                     << resume.accumulate) {
+      TempDir resumed("distributed");
+      const auto launch = run_torchrun_style(
+          kWorker,
+          {"out=" + resumed.path.string(), "batch=" + std::to_string(resume.batch),
+           "accumulate=" + std::to_string(resume.accumulate), "resume=" + checkpoint, "samples=1"},
+          resume.ranks, free_port());
+      BOOST_REQUIRE_MESSAGE(
+          launch.exit_codes == std::vector<int>(static_cast<std::size_t>(resume.ranks), 0),
+          read_text(resumed.path / "rank0.error"));
+      BOOST_TEST(all_close(load_parameters(resumed.path / "rank0.params"), expected, 1e-5));
+      BOOST_TEST(read_results(resumed.path / "rank0.txt").at("step") == "8");
+      auto epoch0 = before_checkpoint;
+      for (const auto& row : logged_samples(resumed.path)) {
+        if (row.epoch == 0) epoch0.push_back(row.index);
+      }
+      std::sort(epoch0.begin(), epoch0.end());
+      std::vector<std::int64_t> every(96);
+      std::iota(every.begin(), every.end(), 0);
+      BOOST_TEST(epoch0 == every, boost::test_tools::per_element());
+    }
+  }
+
+  // A global batch that cannot be kept is refused, naming the numbers: 3 ranks of 6 is 18.
+  TempDir refused("distributed");
+  const auto launch = run_torchrun_style(
+      kWorker, {"out=" + refused.path.string(), "batch=6", "resume=" + checkpoint}, 3, free_port());
+  BOOST_TEST(launch.exit_codes == (std::vector<int>{1, 1, 1}));
+  const auto error = read_text(refused.path / "rank0.error");
+  BOOST_TEST(error.find("a step here takes 18 samples (3 ranks x 6 per batch x 1 batches per "
+                        "step), the checkpoint's run took 24") != std::string::npos,
+             error);
+}
+
+// One rank's checkpoint resumes on two ranks of half the batch.
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_one_rank_resumes_on_two_with_the_same_global_batch) {
+  TempDir whole("distributed");
+  TempDir first("distributed");
+  TempDir resumed("distributed");
+  const auto checkpoint = (first.path / "step3.tbckpt").string();
+  BOOST_REQUIRE_EQUAL(
+      run_torchrun_style(kWorker, {"out=" + whole.path.string(), "batch=24"}, 1, free_port())
+          .exit_codes,
+      std::vector<int>{0});
+  BOOST_REQUIRE_EQUAL(run_torchrun_style(kWorker,
+                                         {"out=" + first.path.string(), "batch=24", "steps=3",
+                                          "save_step=3", "save=" + checkpoint},
+                                         1, free_port())
+                          .exit_codes,
+                      std::vector<int>{0});
+  BOOST_REQUIRE_EQUAL(
+      run_torchrun_style(kWorker,
+                         {"out=" + resumed.path.string(), "batch=12", "resume=" + checkpoint}, 2,
+                         free_port())
+          .exit_codes,
+      (std::vector<int>{0, 0}));
+  const auto expected = load_parameters(whole.path / "rank0.params");
+  BOOST_TEST(all_close(load_parameters(resumed.path / "rank0.params"), expected, 1e-5));
+  BOOST_TEST(all_equal(load_parameters(resumed.path / "rank1.params"),
+                       load_parameters(resumed.path / "rank0.params")));
 }
 
 BOOST_AUTO_TEST_CASE(world_size_without_rank_is_a_clear_error) {
