@@ -10,6 +10,7 @@
 #include "rank_agreement.hpp"
 #include "run_directory.hpp"
 #include "run_lock.hpp"
+#include "run_segments.hpp"
 #include "run_start.hpp"
 #include "sha256.hpp"
 #include "shuffled_batches.hpp"
@@ -650,23 +651,32 @@ std::string canonical_data(const std::string& spec) {
          (error ? spec.substr(colon + 1) : path.lexically_normal().string());
 }
 
-/// The run's identity: every option that changes its result ("key=value" lines), and the number
-/// of ranks (each reads its shard). Written into identity.txt, every checkpoint and summary.json;
-/// --resume continues only a run of the same. Options added since a release appear only when set,
-/// so that the runs of that release still resume.
+/// How the run's identity names its batch: by the global batch (per-rank batch x accumulation x
+/// ranks), which a resume on another number of ranks keeps, or by the three numbers, as runs
+/// before that did (and as runs with an accumulation schedule still do: their k changes by epoch).
+enum class BatchInIdentity { Global, Split };
+
+/// The run's identity: every option that changes its result ("key=value" lines). Written into
+/// identity.txt, every checkpoint and summary.json; --resume continues only a run of the same.
+/// Options added since a release appear only when set, so that the runs of that release still
+/// resume.
 std::string run_identity(const Flags& flags, bool cnn, int world_size,
-                         const std::string& init_from_sha256) {
+                         const std::string& init_from_sha256, BatchInIdentity batch) {
   std::string hidden;
   for (const auto width : flags.hidden)
     hidden += (hidden.empty() ? "" : ",") + std::to_string(width);
+  const auto global = batch == BatchInIdentity::Global && flags.accumulate_schedule.empty();
   auto identity = fmt::format(
-      "data={}\nmodel={}\nhidden={}\nbatch_size={}\naccumulate={}\noptimizer={}\nlr={}\n"
+      "data={}\nmodel={}\nhidden={}\n{}optimizer={}\nlr={}\n"
       "scheduler={}\nseed={}\nepochs={}\nmax_steps={}\nval_every={}\nval_every_steps={}\n"
-      "early_stopping={}\nterminate_on_nan={}\nprecision={}\nchannels_last={}\nworld_size={}\n",
-      canonical_data(flags.data), cnn ? "cnn" : "mlp", cnn ? "-" : hidden, flags.batch_size,
-      flags.accumulate, flags.optimizer, flags.lr, flags.scheduler, flags.seed, flags.epochs,
-      flags.max_steps, flags.val_every, flags.val_every_steps, flags.early_stopping,
-      flags.terminate_on_nan ? 1 : 0, flags.precision, flags.channels_last ? 1 : 0, world_size);
+      "early_stopping={}\nterminate_on_nan={}\nprecision={}\nchannels_last={}\n{}",
+      canonical_data(flags.data), cnn ? "cnn" : "mlp", cnn ? "-" : hidden,
+      global ? fmt::format("global_batch={}\n", flags.batch_size * flags.accumulate * world_size)
+             : fmt::format("batch_size={}\naccumulate={}\n", flags.batch_size, flags.accumulate),
+      flags.optimizer, flags.lr, flags.scheduler, flags.seed, flags.epochs, flags.max_steps,
+      flags.val_every, flags.val_every_steps, flags.early_stopping, flags.terminate_on_nan ? 1 : 0,
+      flags.precision, flags.channels_last ? 1 : 0,
+      global ? std::string() : fmt::format("world_size={}\n", world_size));
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
   if (!flags.accumulate_schedule.empty()) {
     identity += fmt::format("accumulate_schedule={}\n",
@@ -863,6 +873,7 @@ bool training_started = false;
 /// Creates and locks OUT (the lock lives in `lock`), then decides how the run uses it. Rank 0's
 /// work: the checkpoint to resume from (empty: a fresh start) is shared with the others.
 train::RunStart take_run_directory(const Flags& flags, const std::string& identity,
+                                   const std::string& split_identity,
                                    std::optional<train::RunLock>& lock) {
   const fs::path out(flags.out);
   std::error_code error;
@@ -871,8 +882,9 @@ train::RunStart take_run_directory(const Flags& flags, const std::string& identi
                  "cannot create the run directory '", flags.out,
                  "': ", error ? error.message() : "a file of that name exists");
   lock.emplace(out);
-  auto start = train::prepare_run_directory({out, flags.resume, flags.overwrite, identity,
-                                             flags.epochs, flags.max_steps, flags.validate});
+  auto start =
+      train::prepare_run_directory({out, flags.resume, flags.overwrite, identity, split_identity,
+                                    flags.epochs, flags.max_steps, flags.validate});
   std::ofstream probe(out / "train.log", std::ios::app);
   TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
                  "' is not writable");
@@ -895,6 +907,7 @@ int run(Flags flags) {
   train::Dataset data;
   torch::nn::Sequential model{nullptr};
   std::string identity;
+  std::string split_identity;  // as runs before global_batch named it; they still resume
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   train::TrainingDevice device;
   train::run_agreed(*group, [&] {
@@ -919,7 +932,10 @@ int run(Flags flags) {
       lr_found = find_lr(flags, data, model, world_size, device.device);
       flags.lr = *lr_found->suggestion;  // in the identity, the options and the summary
     }
-    identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256);
+    identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256,
+                            BatchInIdentity::Global);
+    split_identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256,
+                                  BatchInIdentity::Split);
     exit_if_signalled_during_startup();
   });
 
@@ -927,9 +943,13 @@ int run(Flags flags) {
   std::optional<train::RunLock> lock;
   train::RunStart start;
   train::run_agreed(*group, [&] {
-    if (writes_outputs) start = take_run_directory(flags, identity, lock);
+    if (writes_outputs) start = take_run_directory(flags, identity, split_identity, lock);
   });
   const fs::path resume_from = train::broadcast_text(*group, start.resume_from.string());
+  // The identity the run goes on under: its checkpoints' (an older run's keeps its form).
+  if (const auto kept = train::broadcast_text(*group, start.identity); !kept.empty()) {
+    identity = kept;
+  }
   const auto finished = train::broadcast_text(*group, start.finished_reason);
   const bool resuming = !resume_from.empty();
   if (writes_outputs) log_to(out, flags.resume);
@@ -982,6 +1002,9 @@ int run(Flags flags) {
   }
   auto batches = rank_batches(flags, data, *group, device.device);
   trainer.add(std::make_shared<train::Accuracy>());
+  const auto segments = std::make_shared<train::RunSegments>(
+      train::RunSegment{0, world_size, flags.batch_size, flags.accumulate});
+  trainer.add(segments);
   add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
   // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
   if (flags.validate) {
@@ -1072,6 +1095,7 @@ int run(Flags flags) {
         {"options", run_options},
         {"identity", identity},
         {"world_size", world_size},
+        {"segments", segments->to_json()},
         {"device", device.device.str()},
         {"steps", state.step},
         {"epochs", state.epoch},

@@ -67,8 +67,13 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
   std::vector<std::string> unusable;  // every checkpoint file that cannot be resumed, and why
   std::string others;                 // valid checkpoints of another run
   std::optional<torchbus::Checkpoint> ours;
+  std::string ours_identity;
+  const auto ours_by_identity = [&](const std::string& identity) {
+    return identity == request.identity ||
+           (!request.split_identity.empty() && identity == request.split_identity);
+  };
   for (const auto& candidate : torchbus::valid_checkpoints(checkpoints, &unusable)) {
-    if (candidate.header.identity != request.identity) {
+    if (!ours_by_identity(candidate.header.identity)) {
       others += fmt::format(
           "\n  {}: {}", candidate.path.string(),
           candidate.header.identity.empty()
@@ -79,6 +84,7 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
     if (ours) continue;
     try {  // the whole payload must read back, not only its CRC
       ours = torchbus::read_checkpoint_position(candidate.path);
+      ours_identity = candidate.header.identity;
     } catch (const torchbus::CheckpointError& error) {
       log->warn("skipping checkpoint: {}", error.what());
       unusable.push_back(error.what());
@@ -87,10 +93,10 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
   if (ours) {
     if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
     const auto reason = finished_reason(*ours, request);
-    if (!reason.empty() && summary_tells(out, reason)) return {ours->path, reason};
+    if (!reason.empty() && summary_tells(out, reason)) return {ours->path, reason, ours_identity};
     // A resume that fails must not look finished (model.pt goes with summary.json).
     if (!request.validate) remove_outputs(out, {"summary.json", "model.pt"});
-    return {ours->path, {}};
+    return {ours->path, {}, ours_identity};
   }
   if (!unusable.empty()) {
     throw torchbus::CheckpointError(fmt::format(
@@ -106,7 +112,7 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
         checkpoints.string(), others));
   }
   const auto recorded = read_identity(out);
-  if (recorded && *recorded != request.identity) {
+  if (recorded && !ours_by_identity(*recorded)) {
     throw torchbus::Error(fmt::format(
         "cannot resume: {} holds another run, which has no checkpoint ({}); use its options, "
         "another --out, or --overwrite",

@@ -11,10 +11,13 @@ namespace train {
 
 /// What a run asks of its directory: the flags that decide how OUT is used.
 struct RunDirectoryRequest {
-  std::filesystem::path out;    ///< the run directory (exists, locked by the caller)
-  bool resume = false;          ///< --resume
-  bool overwrite = false;       ///< --overwrite
-  std::string identity;         ///< the run's identity
+  std::filesystem::path out;  ///< the run directory (exists, locked by the caller)
+  bool resume = false;        ///< --resume
+  bool overwrite = false;     ///< --overwrite
+  std::string identity;       ///< the run's identity
+  /// The same run's identity as runs before `global_batch` wrote it (batch_size, accumulate,
+  /// world_size): their checkpoints resume on the same numbers only.
+  std::string split_identity;
   std::int64_t epochs = 0;      ///< --epochs
   std::int64_t max_steps = -1;  ///< --max-steps (-1: none)
   bool validate = false;        ///< --validate: a resume only picks the checkpoint, changes nothing
@@ -26,6 +29,8 @@ struct RunStart {
   /// Not empty when the run had already finished (why it ended) and its summary tells so: there
   /// is nothing to train and nothing is changed.
   std::string finished_reason;
+  /// The identity of the checkpoint resumed from (the request's, or its split form).
+  std::string identity;
 };
 
 /// Decides from OUT and the request whether the run starts fresh, resumes or has finished, and

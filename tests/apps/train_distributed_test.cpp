@@ -8,9 +8,11 @@
 
 #include <boost/test/unit_test.hpp>
 #include <distributed/launch.hpp>
+#include <nlohmann/json.hpp>
 #include <support/errors.hpp>
 #include <support/scratch.hpp>
 #include <support/tfrecord_reader.hpp>
+#include <torchbus/state_dict.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,6 +35,7 @@ using torchbus::testing::has;
 using torchbus::testing::json_number;
 using torchbus::testing::json_string;
 using torchbus::testing::kTrain;
+using torchbus::testing::lacks;
 using torchbus::testing::read_text;
 using torchbus::testing::TempDir;
 using torchbus::testing::wait_until_written;
@@ -202,7 +205,9 @@ BOOST_AUTO_TEST_CASE(two_mpirun_ranks_write_one_run_directory_and_learn_as_one_p
   const auto summary = read_text(pair / "summary.json");
   BOOST_TEST(json_number(one_summary, "world_size") == 1);
   BOOST_TEST(json_number(summary, "world_size") == 2);
-  BOOST_TEST(has(read_text(pair / "identity.txt"), "world_size=2\n"));
+  // The identity names the global batch (2 ranks x 32), which a resume on other ranks keeps.
+  BOOST_TEST(has(read_text(pair / "identity.txt"), "global_batch=64\n"));
+  BOOST_TEST(lacks(read_text(pair / "identity.txt"), "world_size="));
   BOOST_TEST(json_number(summary, "steps") == json_number(one_summary, "steps"));
   // The same samples per step: the same accuracy band, the same losses up to rounding.
   BOOST_TEST(
@@ -331,8 +336,67 @@ BOOST_AUTO_TEST_CASE(kill_and_resume_on_two_ranks_ends_bitwise_as_an_uninterrupt
   BOOST_TEST(json_string(summary, "params_sha256") == expected);
 }
 
-// Start-up problems end every rank with one exit code: a --resume of another world size (named
-// in the message), and a validation split smaller than the ranks.
+// Two ranks of batch 32, SIGKILLed mid-epoch, resumed by one process of batch 64 (the same global
+// batch): it continues the epoch where the ranks left it and ends with the weights of the
+// uninterrupted two-rank run within float rounding (model.pt).
+BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_global_batch) {
+  TempDir work("train_distributed");
+  const auto reference = work.path / "uninterrupted", out = work.path / "killed";
+  // 300 steps (128 an epoch at a global batch of 64) of a wider MLP, so that the SIGKILL after
+  // step 30 comes mid-run however fast the machine; checkpoints every 20.
+  const std::vector<std::string> flags{
+      "--epochs", "3",   "--max-steps", "300", "--checkpoint-every", "20", "--hidden",
+      "256",      "256", "--log-every", "1",   "--threads",          "1",  "--no-progress"};
+  auto with = [&](const fs::path& directory, std::vector<std::string> extra) {
+    auto arguments = flags;
+    arguments.insert(arguments.end(), {"--out", directory.string()});
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    return arguments;
+  };
+  const TorchrunPair whole(with(reference, {"--batch-size", "32"}), work.path / "whole_logs");
+  BOOST_TEST_REQUIRE(whole.wait(0).status == 0, read_text(whole.log(0)));
+  BOOST_TEST_REQUIRE(whole.wait(1).status == 0, read_text(whole.log(1)));
+
+  const TorchrunPair killed(with(out, {"--batch-size", "32"}), work.path / "killed_logs");
+  const bool under_way = wait_until_written(out / "train.log", "step 30 ");
+  for (const pid_t pid : killed.pids) kill(pid, SIGKILL);
+  for (int rank = 0; rank < 2; ++rank) killed.wait(rank);
+  BOOST_TEST_REQUIRE(under_way, read_text(killed.log(0)));
+  BOOST_TEST_REQUIRE(!fs::exists(out / "summary.json"), "the kill came after the end");
+
+  const auto alone =
+      run(train_command(with(out, {"--batch-size", "64", "--resume"})), work.path / "alone.log");
+  BOOST_TEST_REQUIRE(alone.status == 0, alone.output);
+  BOOST_TEST(has(alone.output, "resuming a checkpoint of 2 ranks on 1: epoch 0 continues"),
+             alone.output);
+  const auto summary = read_text(out / "summary.json");
+  BOOST_TEST(json_number(summary, "steps") == 300);
+  BOOST_TEST(json_number(summary, "world_size") == 1);
+  // Each segment's split of the global batch, the second from the checkpoint's step on.
+  const auto segments = nlohmann::json::parse(summary).at("segments");
+  BOOST_TEST_REQUIRE(segments.size() == 2u, segments.dump());
+  BOOST_TEST(segments[0].at("first_step").get<int>() == 0);
+  BOOST_TEST(segments[0].at("world_size").get<int>() == 2);
+  BOOST_TEST(segments[0].at("batch_size").get<int>() == 32);
+  BOOST_TEST(segments[1].at("first_step").get<int>() >= 20);
+  BOOST_TEST(segments[1].at("first_step").get<int>() % 20 == 0);
+  BOOST_TEST(segments[1].at("world_size").get<int>() == 1);
+  BOOST_TEST(segments[1].at("batch_size").get<int>() == 64);
+  const auto expected = torchbus::read_state_dict(reference / "model.pt");
+  const auto resumed = torchbus::read_state_dict(out / "model.pt");
+  BOOST_TEST_REQUIRE(resumed.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    BOOST_TEST_CONTEXT(expected[i].first) {
+      BOOST_TEST(resumed[i].first == expected[i].first);
+      BOOST_TEST(torch::allclose(resumed[i].second, expected[i].second, /*rtol=*/0,
+                                 /*atol=*/1e-5));
+    }
+  }
+}
+
+// Start-up problems end every rank with one exit code: a --resume on another number of ranks
+// that would change the global batch (named in the message), and a validation split smaller
+// than the ranks.
 BOOST_AUTO_TEST_CASE(start_up_refusals_end_every_rank_with_the_same_code) {
   TempDir work("train_distributed");
   const std::vector<std::string> flags{"--max-steps", "20", "--threads", "1", "--no-progress"};
@@ -350,7 +414,7 @@ BOOST_AUTO_TEST_CASE(start_up_refusals_end_every_rank_with_the_same_code) {
   const auto summary = read_text(of_two / "summary.json");
   const auto alone = run(train_command(with_out(of_two, {"--resume"})), work.path / "alone.log");
   BOOST_TEST(alone.status == 1, alone.output);
-  BOOST_TEST(has(alone.output, "world_size: 2 -> 1"));
+  BOOST_TEST(has(alone.output, "global_batch: 128 -> 64"), alone.output);
   BOOST_TEST(read_text(of_two / "summary.json") == summary);
 
   // One process, then two ranks resuming: rank 0 refuses, rank 1 exits with its code.
@@ -361,9 +425,9 @@ BOOST_AUTO_TEST_CASE(start_up_refusals_end_every_rank_with_the_same_code) {
   const auto rank0 = resume.wait(0), rank1 = resume.wait(1);
   BOOST_TEST(rank0.status == 1, rank0.output);
   BOOST_TEST(rank1.status == 1, rank1.output);
-  BOOST_TEST(has(rank0.output, "world_size: 1 -> 2"));
+  BOOST_TEST(has(rank0.output, "global_batch: 64 -> 128"), rank0.output);
   BOOST_TEST(has(rank1.output, "rank 0 ended its start-up with exit code 1"));
-  BOOST_TEST(has(rank1.output, "world_size: 1 -> 2"));
+  BOOST_TEST(has(rank1.output, "global_batch: 64 -> 128"), rank1.output);
 
   // A CSV of 5 rows validates on 1: too few for two ranks, found before anything is written.
   const auto csv = work.path / "tiny.csv";
