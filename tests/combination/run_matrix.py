@@ -39,7 +39,10 @@ naming the checkpoints with nothing in the run changed. faults/mutations applies
 mutations (bit flips, truncation, appended or zeroed bytes, files swapped with another run's,
 payloads changed behind a recomputed CRC, odd entries), %d with --full. faults/bad_flags runs
 the campaign's bad values (exit 2 naming the flag, nothing written); faults/startup_signals
-sends stop signals during start-up and at the rendezvous (exit 128+N within seconds).
+sends stop signals during start-up and at the rendezvous (exit 128+N within seconds);
+faults/world_size_change SIGKILLs a run of 2 ranks at a random step and resumes it on 1 rank and
+on 3 with the same global batch (the uninterrupted run's steps and validation loss, both
+segments in the summary), and on 3 ranks of another global batch (exit 1 naming it).
 
 With --gan EXAMPLE (examples/gan.cpp: two optimizer phases, a checkpoint every 16 steps), the
 cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it once the
@@ -942,7 +945,8 @@ class Matrix:
 # ----------------------------------------------------------------------------------------------
 # Faults: what a damaged run directory does to --resume. Each scenario is a cell "faults/NAME".
 
-FAULTS = ["all_corrupt", "forged_payload", "mutations", "bad_flags", "startup_signals"]
+FAULTS = ["all_corrupt", "forged_payload", "mutations", "bad_flags", "startup_signals",
+          "world_size_change"]
 # The campaign's bad values (issue 31): each is exit 2 naming the flag, found before OUT exists,
 # within seconds (the first hung: it walked every epoch).
 BAD_FLAGS = [
@@ -973,6 +977,13 @@ FAULT_STOP = 14
 # each): when it lands after start-up on a fast machine, the run is training, and stops at once.
 STARTUP_SIGNAL_EPOCHS = 100000
 MUTATIONS_SAMPLED, MUTATIONS_FULL = 12, 200
+# faults/world_size_change: a global batch of 96 (2 ranks of 48; 3 of 32; 1 of 96), the first 40
+# batches of each rank's shard per epoch (the same 3,840 samples of the epoch's order whatever
+# the split), 3 epochs of 40 steps, checkpoints every 4 steps, validation every epoch. The ranks
+# are SIGKILLed once a random step of 6..60 is logged.
+RESHARD_FLAGS = ["--epochs", "3", "--limit-train-batches", "40", "--checkpoint-every", "4",
+                 "--val-every", "1"] + COMMON
+RESHARD_GLOBAL_BATCH = 96
 
 
 CRC32C_TABLE = []
@@ -1277,6 +1288,101 @@ class Faults:
             if "run failed" in run.output() or os.path.exists(os.path.join(out, "summary.json")):
                 checks.fail("SIGINT at the rendezvous: wrote a failure or a summary")
         return ""
+
+    def start_ranks(self, args, world, logs, tag, rng):
+        """`world` ranks of torchbus-train with torchrun's variables, each rank's output in
+        logs/TAG-rank<r>.log; returns the processes."""
+        os.makedirs(logs, exist_ok=True)
+        port = 29000 + rng.randrange(900)
+        processes = []
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            log = open(os.path.join(logs, "%s-rank%d.log" % (tag, rank)), "w")
+            processes.append(subprocess.Popen([self.runner.train] + args, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        self.print("  $ %d ranks: %s" % (world, " ".join(shlex.quote(a) for a in args)))
+        return processes
+
+    def wait_ranks(self, processes, timeout=None):
+        codes = []
+        for process in processes:
+            try:
+                codes.append(process.wait(timeout or self.runner.timeout))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes.append(process.wait())
+        return codes
+
+    def world_size_change(self, checks):
+        """A run of 2 ranks SIGKILLed mid-run resumes on 1 rank and on 3 with the same global
+        batch (ending as the uninterrupted run does, its segments in the summary), and a resume
+        that would change the global batch is refused naming it, with nothing changed."""
+        root = os.path.join(self.matrix.options.work, "cells", "faults-world_size_change")
+        shutil.rmtree(root, ignore_errors=True)
+        logs = os.path.join(root, "logs")
+        rng = random.Random(self.matrix.options.seed)
+
+        def flags(out, ranks):
+            return RESHARD_FLAGS + ["--batch-size", str(RESHARD_GLOBAL_BATCH // ranks), "--out", out]
+
+        whole = os.path.join(root, "whole")
+        codes = self.wait_ranks(self.start_ranks(flags(whole, 2), 2, logs, "whole", rng))
+        if codes != [0, 0]:
+            raise Failure("the uninterrupted 2-rank run: exit codes %s" % codes)
+        expected = read_summary(whole)
+        killed = os.path.join(root, "killed")
+        kill_step = rng.randrange(6, 61)
+        processes = self.start_ranks(flags(killed, 2), 2, logs, "killed", rng)
+        log = os.path.join(killed, "train.log")
+        deadline = time.monotonic() + self.runner.timeout
+        pattern = re.compile(r"\bstep %d epoch" % kill_step)
+        while time.monotonic() < deadline and processes[0].poll() is None:
+            if os.path.exists(log) and pattern.search(open(log, errors="replace").read()):
+                break
+            time.sleep(0.005)
+        for process in processes:
+            process.kill()
+        codes = self.wait_ranks(processes)
+        if os.path.exists(os.path.join(killed, "summary.json")):
+            raise Failure("the 2-rank run ended before the SIGKILL after step %d" % kill_step)
+        for ranks in (1, 3):
+            what = "2 ranks -> %d (killed after step %d)" % (ranks, kill_step)
+            out = os.path.join(root, "resumed-%d" % ranks)
+            shutil.copytree(killed, out, symlinks=True)
+            codes = self.wait_ranks(self.start_ranks(flags(out, ranks) + ["--resume"], ranks, logs,
+                                                     "resumed-%d" % ranks, rng))
+            if codes != [0] * ranks:
+                checks.fail("%s: exit codes %s: %s" % (what, codes, open(os.path.join(
+                    logs, "resumed-%d-rank0.log" % ranks), errors="replace").read()[-600:]))
+                continue
+            resumed = read_summary(out)
+            for key, tolerance in (("steps", 0), ("epochs", 0), ("final_val_loss", 1e-3),
+                                   ("final_val_accuracy", 0.02)):
+                if abs(resumed[key] - expected[key]) > tolerance:
+                    checks.fail("%s: %s %s, the uninterrupted run's %s" %
+                                (what, key, resumed[key], expected[key]))
+            segments = [(s["world_size"], s["batch_size"]) for s in resumed.get("segments", [])]
+            if segments != [(2, 48), (ranks, RESHARD_GLOBAL_BATCH // ranks)]:
+                checks.fail("%s: segments %s" % (what, segments))
+        # 3 ranks of 48: a global batch of 144 is another run; nothing of the run changes.
+        out = os.path.join(root, "refused")
+        shutil.copytree(killed, out, symlinks=True)
+        def kept():  # a resume removes what a killed write left (.tmp-PID); nothing else
+            return sorted(n for n in os.listdir(os.path.join(out, "checkpoints")) if ".tmp-" not in n)
+
+        before = kept()
+        args = RESHARD_FLAGS + ["--batch-size", "48", "--out", out, "--resume"]
+        codes = self.wait_ranks(self.start_ranks(args, 3, logs, "refused", rng), timeout=60)
+        output = open(os.path.join(logs, "refused-rank0.log"), errors="replace").read()
+        if codes != [1, 1, 1]:
+            checks.fail("3 ranks of 48: exit codes %s, expected 1 on every rank" % codes)
+        if "global_batch: 96 -> 144" not in output:
+            checks.fail("3 ranks of 48: the refusal does not name the global batch: %s" %
+                        output[-400:])
+        if kept() != before:
+            checks.fail("3 ranks of 48: the refused resume changed the checkpoints")
+        return "killed after step %d" % kill_step
 
     def run_cell(self, name, options):
         checks = Checks(self.runner, self.flags("-"))
