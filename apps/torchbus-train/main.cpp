@@ -873,7 +873,7 @@ bool training_started = false;
 /// Creates and locks OUT (the lock lives in `lock`), then decides how the run uses it. Rank 0's
 /// work: the checkpoint to resume from (empty: a fresh start) is shared with the others.
 train::RunStart take_run_directory(const Flags& flags, const std::string& identity,
-                                   const std::string& split_identity,
+                                   const std::string& split_identity, int world_size,
                                    std::optional<train::RunLock>& lock) {
   const fs::path out(flags.out);
   std::error_code error;
@@ -882,9 +882,15 @@ train::RunStart take_run_directory(const Flags& flags, const std::string& identi
                  "cannot create the run directory '", flags.out,
                  "': ", error ? error.message() : "a file of that name exists");
   lock.emplace(out);
+  train::RunDirectoryRequest::Split split;
+  split.by_global_batch = flags.accumulate_schedule.empty();
+  split.world_size = world_size;
+  split.accumulate = flags.accumulate;
+  split.limit_counts_batches = !flags.limit_train_batches.empty() &&
+                               !parse_batch_limit(flags.limit_train_batches)->needs_size();
   auto start =
       train::prepare_run_directory({out, flags.resume, flags.overwrite, identity, split_identity,
-                                    flags.epochs, flags.max_steps, flags.validate});
+                                    split, flags.epochs, flags.max_steps, flags.validate});
   std::ofstream probe(out / "train.log", std::ios::app);
   TORCHBUS_CHECK(probe.good(), torchbus::Error, "the run directory '", flags.out,
                  "' is not writable");
@@ -943,7 +949,8 @@ int run(Flags flags) {
   std::optional<train::RunLock> lock;
   train::RunStart start;
   train::run_agreed(*group, [&] {
-    if (writes_outputs) start = take_run_directory(flags, identity, split_identity, lock);
+    if (writes_outputs)
+      start = take_run_directory(flags, identity, split_identity, world_size, lock);
   });
   const fs::path resume_from = train::broadcast_text(*group, start.resume_from.string());
   // The identity the run goes on under: its checkpoints' (an older run's keeps its form).

@@ -51,6 +51,24 @@ RunStart start_fresh(const RunDirectoryRequest& request, const std::vector<std::
   return {};
 }
 
+/// Refuses, before anything changes, a resume whose split of the global batch the trainer would
+/// refuse: another --accumulate on the same number of ranks, or another --accumulate on other
+/// ranks with --limit-train-batches counted in batches (it would cover other samples).
+void check_split(const torchbus::Checkpoint& checkpoint, const RunDirectoryRequest::Split& now) {
+  const auto ranks = checkpoint.world_size, k = checkpoint.accumulate_grad_batches;
+  if (!now.by_global_batch || ranks == 0 || k == 0 || k == now.accumulate) return;
+  TORCHBUS_CHECK(ranks != now.world_size, torchbus::CheckpointError, "cannot resume from ",
+                 checkpoint.path.string(), ": it was written by ", ranks,
+                 " ranks with --accumulate ", k,
+                 "; on the same number of ranks a resume keeps --batch-size and --accumulate "
+                 "(another split of the global batch is for another number of ranks)");
+  TORCHBUS_CHECK(!now.limit_counts_batches, torchbus::CheckpointError, "cannot resume from ",
+                 checkpoint.path.string(), ": it was written with --accumulate ", k, " on ", ranks,
+                 " ranks; with --accumulate ", now.accumulate, " on ", now.world_size,
+                 " ranks, --limit-train-batches (batches per rank) would cover other samples; give "
+                 "it as a fraction, or keep --accumulate");
+}
+
 }  // namespace
 
 RunStart prepare_run_directory(const RunDirectoryRequest& request) {
@@ -91,6 +109,7 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
     }
   }
   if (ours) {
+    check_split(*ours, request.split);
     if (!others.empty()) log->warn("--resume skips checkpoints of another run:{}", others);
     const auto reason = finished_reason(*ours, request);
     if (!reason.empty() && summary_tells(out, reason)) return {ours->path, reason, ours_identity};

@@ -18,6 +18,14 @@ struct RunDirectoryRequest {
   /// The same run's identity as runs before `global_batch` wrote it (batch_size, accumulate,
   /// world_size): their checkpoints resume on the same numbers only.
   std::string split_identity;
+  /// How this run splits its global batch (a resume on another split is checked before anything
+  /// changes); `by_global_batch` false (--accumulate-schedule): the identity holds the split.
+  struct Split {
+    bool by_global_batch = true;
+    std::int64_t world_size = 1;
+    std::int64_t accumulate = 1;
+    bool limit_counts_batches = false;  ///< --limit-train-batches as a count (per rank)
+  } split;
   std::int64_t epochs = 0;      ///< --epochs
   std::int64_t max_steps = -1;  ///< --max-steps (-1: none)
   bool validate = false;        ///< --validate: a resume only picks the checkpoint, changes nothing

@@ -352,7 +352,13 @@ void load_callbacks(CheckpointReader& reader, EventBus& bus, const fs::path& pat
 }
 
 Checkpoint checkpoint_of(const fs::path& path, const FitProgress& progress) {
-  return {path, progress.step, progress.epoch, progress.batch_in_epoch, progress.stop_reason};
+  return {path,
+          progress.step,
+          progress.epoch,
+          progress.batch_in_epoch,
+          progress.stop_reason,
+          progress.world_size,
+          progress.accumulate_grad_batches};
 }
 
 void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {

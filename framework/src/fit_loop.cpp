@@ -19,6 +19,10 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
                                                                                "limit_val_batches")
                                 : -1;
   epoch_batches_ = train.size();
+  batch_samples_ = 0;
+  resharded_from_ = 0;
+  expected_batch_samples_ = 0;
+  check_deferred_in_epoch_ = -1;
   counters_ = FitCounters{};
   context_.events.publish_progress();
   detail::StateWriter::set_validation_follows(state, false);
@@ -141,10 +145,11 @@ void FitLoop::start_epoch(BatchSource& train) {
   train.start_epoch(counters_.epoch);
   const auto skipped = train.skip(resume_skip_);
   RngState::restore_cpu(rng_now);
-  TORCHBUS_CHECK(skipped == resume_skip_, DataError, "cannot resume at batch ", resume_skip_,
-                 " of epoch ", counters_.epoch, ": the training data yields only ", skipped,
-                 " batches now");
-  counters_.batch_in_epoch = resume_skip_;
+  // Rescaled for another number of ranks, the position may pass the end of a shorter epoch.
+  TORCHBUS_CHECK(skipped == resume_skip_ || resharded_from_ > 0, DataError,
+                 "cannot resume at batch ", resume_skip_, " of epoch ", counters_.epoch,
+                 ": the training data yields only ", skipped, " batches now");
+  counters_.batch_in_epoch = skipped;
   resume_skip_ = 0;
 }
 
@@ -168,33 +173,43 @@ bool FitLoop::fill_window(BatchSource& train) {
   return !limit_reached;
 }
 
-void FitLoop::count_step_samples() {
+void FitLoop::count_batch_samples() {
   const auto& state = context_.state;
-  const auto batches = static_cast<std::int64_t>(window_used_);
-  // A short window, or one holding the epoch's last batch (which may be smaller), says nothing.
-  const bool epoch_tail = epoch_batches_ && counters_.batch_in_epoch + batches >= *epoch_batches_;
-  if (batches != state.accumulate_grad_batches || epoch_tail) return;
-  std::int64_t samples = 0;
+  std::int64_t per_rank = 0;  // the window's largest batch on this rank
   for (std::size_t i = 0; i < window_used_; ++i) {
     const auto& data = window_[i].data;
-    samples += data.defined() && data.dim() > 0 ? data.size(0) : 1;
+    per_rank =
+        std::max<std::int64_t>(per_rank, data.defined() && data.dim() > 0 ? data.size(0) : 1);
   }
-  step_samples_ = samples * state.world_size;
-  if (expected_step_samples_ > 0) {
-    TORCHBUS_CHECK(step_samples_ == expected_step_samples_, DataError, "resumed on ",
-                   state.world_size, " ranks from a checkpoint of ", resharded_from_,
-                   ": a step here takes ", step_samples_, " samples (", state.world_size,
-                   " ranks x ", samples / batches, " per batch x ", batches,
-                   " batches per step), the checkpoint's run took ", expected_step_samples_,
+  const auto samples = per_rank * state.world_size;
+  if (expected_batch_samples_ > 0 && samples != expected_batch_samples_) {
+    // A smaller batch may be its epoch's last (the check waits for the next batch once); a larger
+    // one, or a smaller one known not to be the last, changes the global batch.
+    const auto limit =
+        train_batch_limit_ >= 0 ? std::optional<std::int64_t>(train_batch_limit_) : epoch_batches_;
+    const auto window = static_cast<std::int64_t>(window_used_);
+    const bool may_be_last = !limit || counters_.batch_in_epoch + window >= *limit;
+    if (samples < expected_batch_samples_ && may_be_last &&
+        check_deferred_in_epoch_ != counters_.epoch) {
+      check_deferred_in_epoch_ = counters_.epoch;
+      return;
+    }
+    const auto k = state.accumulate_grad_batches;
+    TORCHBUS_CHECK(samples == expected_batch_samples_, DataError, "resumed on ", state.world_size,
+                   " ranks from a checkpoint of ", resharded_from_, ": a step here takes ",
+                   samples * k, " samples (", state.world_size, " ranks x ", per_rank,
+                   " per batch x ", k, " batches per step), the checkpoint's run took ",
+                   expected_batch_samples_ * k,
                    "; resuming on another number of ranks needs the same global batch (per-rank "
                    "batch x ranks x accumulate_grad_batches)");
   }
-  expected_step_samples_ = 0;
+  expected_batch_samples_ = 0;
+  batch_samples_ = std::max(batch_samples_, samples);
 }
 
 void FitLoop::run_step(bool can_validate) {
   auto& state = context_.state;
-  count_step_samples();
+  count_batch_samples();
   counters_.window_position = 0;
   step_.begin(window_used_, counters_.global_batch);
   context_.events.open(Event::StepStart, Event::StepEnd);
@@ -244,6 +259,9 @@ FitProgress FitLoop::progress() const {
   progress.batch_in_epoch = next_epoch ? 0 : counters_.batch_in_epoch;
   progress.global_batch = counters_.global_batch;
   progress.stop_reason = finished ? state.stop_reason() : std::string();
+  progress.world_size = state.world_size;
+  progress.accumulate_grad_batches = state.accumulate_grad_batches;
+  progress.batch_samples = batch_samples_;
   progress.rng = RngState::capture();
   progress.epoch_start_rng =
       next_epoch || !epoch_start_rng_.defined() ? progress.rng.cpu() : epoch_start_rng_;
@@ -268,8 +286,8 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
                 c10::IValue(configured.accumulate_grad_batches_at(k_epoch)));
   archive.write("accumulate_grad_batches_epoch", c10::IValue(k_epoch));
   // What a resume on another number of ranks checks (docs/distributed.md).
-  archive.write("world_size", c10::IValue(static_cast<std::int64_t>(context_.state.world_size)));
-  archive.write("step_samples", c10::IValue(step_samples_));
+  archive.write("world_size", c10::IValue(saved.world_size));
+  archive.write("batch_samples", c10::IValue(saved.batch_samples));
 }
 
 FitProgress read_fit_position(detail::CheckpointReader& reader) {
@@ -285,6 +303,11 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
     reader.fail("has a malformed 'stop_reason' entry");
   }
   if (stop_reason.isString()) progress.stop_reason = stop_reason.toStringRef();
+  const auto ranks = reader.optional_value("world_size");
+  if (ranks.isInt()) progress.world_size = ranks.toInt();
+  progress.accumulate_grad_batches = reader.value("accumulate_grad_batches").toInt();
+  const auto batch_samples = reader.optional_value("batch_samples");
+  if (batch_samples.isInt()) progress.batch_samples = batch_samples.toInt();
   return progress;
 }
 
@@ -308,20 +331,30 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
                 "only for epochs after the checkpoint's)");
   }
   auto progress = read_fit_position(reader);
-  if (ranks.isInt()) progress.world_size = ranks.toInt();
-  const auto step_samples = reader.optional_value("step_samples");
-  if (step_samples.isInt()) progress.step_samples = step_samples.toInt();
   if (resharded) {
-    // The epoch continues after the steps it made, however many batches a step is made of here.
-    if (progress.batch_in_epoch % k != 0) {
-      reader.fail("was written inside an accumulation window (batch ", progress.batch_in_epoch,
-                  " of epoch ", progress.epoch, ", ", k,
-                  " batches per step): resuming on another number of ranks (", ranks.toInt(),
-                  " -> ", ranks_here, ") needs a checkpoint at a step boundary");
+    // A batch count per rank means other samples once a step is split otherwise.
+    if (k != k_here && !configured.limit_train_batches().is_all() &&
+        !configured.limit_train_batches().needs_size()) {
+      reader.fail("was written with accumulate_grad_batches ", k, " on ", ranks.toInt(),
+                  " ranks; resuming on ", ranks_here, " with ", k_here,
+                  " would change what limit_train_batches ",
+                  configured.limit_train_batches().to_string(),
+                  " (batches per rank) covers; give it as a fraction, or keep k");
     }
-    const auto batches = progress.batch_in_epoch / k * k_here;
+    // The epoch continues after the steps it made (a short last one counted), however many
+    // batches a step is made of here; past the data's end, the epoch is over.
+    const auto steps = (progress.batch_in_epoch + k - 1) / k;
+    const auto batches = steps * k_here;
     progress.global_batch += batches - progress.batch_in_epoch;
     progress.batch_in_epoch = batches;
+    // A step keeps the checkpoint's global batch: each batch across the ranks holds G / k_here.
+    const auto global = progress.batch_samples * k;
+    if (global % k_here != 0) {
+      reader.fail("holds steps of ", global, " samples (", ranks.toInt(), " ranks x ",
+                  progress.batch_samples / ranks.toInt(), " per batch x ", k, " batches); ", k_here,
+                  " batches per step on ", ranks_here, " ranks cannot split that evenly");
+    }
+    progress.expected_batch_samples = global / k_here;
   }
   progress.rng = RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector());
   progress.epoch_start_rng = reader.tensor("epoch_start_rng");
@@ -337,16 +370,17 @@ void FitLoop::restore(const FitProgress& progress) {
   const auto ranks_here = static_cast<std::int64_t>(context_.state.world_size);
   resharded_from_ =
       progress.world_size > 0 && progress.world_size != ranks_here ? progress.world_size : 0;
-  expected_step_samples_ = resharded_from_ > 0 ? progress.step_samples : 0;
-  step_samples_ = progress.step_samples;
+  expected_batch_samples_ = progress.expected_batch_samples;
+  batch_samples_ = resharded_from_ > 0 ? 0 : progress.batch_samples;
+  check_deferred_in_epoch_ = -1;
   if (resharded_from_ > 0) {
     logger()->info(
         "resuming a checkpoint of {} ranks on {}: epoch {} continues after its first {} batches "
         "per rank, each sample of the epoch's order used once{}",
         resharded_from_, ranks_here, progress.epoch, progress.batch_in_epoch,
-        expected_step_samples_ > 0
-            ? detail::concat(" (a step stays ", expected_step_samples_, " samples)")
-            : std::string());
+        expected_batch_samples_ > 0 ? detail::concat(" (a batch across the ranks stays ",
+                                                     expected_batch_samples_, " samples)")
+                                    : std::string());
   }
   epoch_start_rng_ = progress.epoch_start_rng;
   progress.rng.restore();

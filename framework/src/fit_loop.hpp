@@ -31,9 +31,14 @@ struct FitProgress {
   std::string stop_reason;          ///< why the run finished; empty when it goes on
   /// The number of ranks that wrote it (0: not recorded, a checkpoint before it was).
   std::int64_t world_size = 0;
-  /// Samples in one full step across every rank (per-rank batch × ranks × batches per step) of
-  /// the run that wrote it (0: not known yet, or not recorded).
-  std::int64_t step_samples = 0;
+  /// Batches per step in its last epoch (0: not recorded).
+  std::int64_t accumulate_grad_batches = 0;
+  /// Samples of one full batch across every rank (per-rank batch × ranks) of the run that wrote
+  /// it (0: none trained yet, or not recorded).
+  std::int64_t batch_samples = 0;
+  /// Set when it resumes on another number of ranks: the samples a batch across every rank must
+  /// hold here so that a step keeps the checkpoint's global batch.
+  std::int64_t expected_batch_samples = 0;
   RngState rng{at::Tensor(), {}};  ///< the generators
   at::Tensor epoch_start_rng;      ///< the CPU generator when the epoch's order was drawn
 };
@@ -85,9 +90,9 @@ class FitLoop {
   void start_epoch(BatchSource& train);
   bool fill_window(BatchSource& train);
   void run_step(bool can_validate);
-  // Counts the samples of a full step across the ranks; checks them once after a resume on
-  // another number of ranks.
-  void count_step_samples();
+  // Counts the samples of the window's batches across the ranks; after a resume on another
+  // number of ranks, checks that a step keeps the checkpoint's global batch.
+  void count_batch_samples();
   bool step_limit_reached() const noexcept;
   bool finished() const noexcept;
 
@@ -102,11 +107,13 @@ class FitLoop {
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
-  std::int64_t step_samples_ = 0;  // samples of the last full step across every rank (0: none yet)
-  // Resumed on another number of ranks: the checkpoint's ranks and step samples, until the first
-  // full step has checked that the global batch is the same (0: nothing to check).
+  std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)
+  // Resumed on another number of ranks: the checkpoint's ranks, and the samples a batch across
+  // every rank must hold, until a batch has shown it (0: nothing to check); a smaller batch that
+  // may be its epoch's last defers the check once per epoch.
   std::int64_t resharded_from_ = 0;
-  std::int64_t expected_step_samples_ = 0;
+  std::int64_t expected_batch_samples_ = 0;
+  std::int64_t check_deferred_in_epoch_ = -1;
   std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
   std::int64_t val_batch_limit_ = -1;    // batches per validation (-1: all)
 };

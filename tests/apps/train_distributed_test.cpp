@@ -394,6 +394,30 @@ BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_glob
   }
 }
 
+// On the same number of ranks a resume keeps the split: --batch-size 64 --accumulate 1 does not
+// continue a run of 32 x 2 (the trainer would refuse its windows), and nothing of it changes.
+BOOST_AUTO_TEST_CASE(another_split_on_the_same_ranks_is_refused_before_anything_changes) {
+  TempDir work("train_distributed");
+  const auto out = work.path / "run";
+  const std::vector<std::string> flags{"--epochs",      "1",     "--threads", "1",
+                                       "--no-progress", "--out", out.string()};
+  auto with = [&](std::vector<std::string> extra) {
+    auto arguments = flags;
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    return train_command(arguments);
+  };
+  const auto first = run(with({"--batch-size", "32", "--accumulate", "2"}), work.path / "a.log");
+  BOOST_TEST_REQUIRE(first.status == 0, first.output);
+  const auto summary = read_text(out / "summary.json");
+  const auto again = run(with({"--batch-size", "64", "--resume"}), work.path / "b.log");
+  BOOST_TEST(again.status == 1, again.output);
+  BOOST_TEST(has(again.output,
+                 "it was written by 1 ranks with --accumulate 2; on the same number "
+                 "of ranks a resume keeps --batch-size and --accumulate"),
+             again.output);
+  BOOST_TEST(read_text(out / "summary.json") == summary);
+}
+
 // Start-up problems end every rank with one exit code: a --resume on another number of ranks
 // that would change the global batch (named in the message), and a validation split smaller
 // than the ranks.

@@ -1293,7 +1293,7 @@ class Faults:
         """`world` ranks of torchbus-train with torchrun's variables, each rank's output in
         logs/TAG-rank<r>.log; returns the processes."""
         os.makedirs(logs, exist_ok=True)
-        port = 29000 + rng.randrange(900)
+        port = 29000 + (rng.randrange(900) + os.getpid()) % 900  # another matrix may run too
         processes = []
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),

@@ -10,6 +10,7 @@
 // or BeforeOptimizerStep), throw_rank/throw_step (throw there),
 // save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
+// slow_ms (each step after mark_step sleeps that long, so that a SIGKILL lands mid-run),
 // samples=1 (each rank appends "epoch step index" to OUT/rank<r>.samples for every sample it
 // trains on, step being the steps completed before it),
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay),
@@ -21,12 +22,14 @@
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -166,6 +169,9 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
     }
     if (state.rank == 0 && state.step == save_step) trainer.save_checkpoint(args.at("save"));
     if (state.step == mark_step) std::ofstream(out + "/rank" + std::to_string(rank) + ".running");
+    if (mark_step >= 0 && state.step > mark_step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(number(args, "slow_ms", 0)));
+    }
   });
   if (args.count("resume")) trainer.resume_from(args.at("resume"));
   std::ofstream samples;

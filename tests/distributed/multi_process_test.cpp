@@ -422,8 +422,9 @@ BOOST_AUTO_TEST_CASE(
   TempDir killed("distributed");
   const auto checkpoint = (killed.path / "step2.tbckpt").string();
   kill_ranks_mid_training({"out=" + killed.path.string(), "batch=12", "save_step=2",
-                           "save=" + checkpoint, "mark_step=3", "samples=1"},
+                           "save=" + checkpoint, "mark_step=3", "slow_ms=200", "samples=1"},
                           2, killed.path);
+  BOOST_TEST_REQUIRE(!fs::exists(killed.path / "rank0.txt"), "the run ended before the SIGKILL");
   std::vector<std::int64_t> before_checkpoint;  // epoch 0's samples of steps 0 and 1
   for (const auto& row : logged_samples(killed.path)) {
     if (row.epoch == 0 && row.step < 2) before_checkpoint.push_back(row.index);

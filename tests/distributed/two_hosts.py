@@ -11,8 +11,9 @@ and GLOO_SOCKET_IFNAME naming each host's interface. Checks:
   3. the run then resumes on the first host's two ranks with batch 32 (the same global batch) and
      finishes, its summary listing both segments (4 ranks, then 2).
 
-It creates the namespaces and removes them, whatever happens. Only addresses inside them are
-used. Without root or `ip`, it prints why and exits 77 (ctest's SKIP_RETURN_CODE).
+It creates the namespaces and removes them (and ends the ranks it started), whatever happens.
+Only addresses inside them are used. Without root, `ip`, or the right to make namespaces (a
+container without CAP_NET_ADMIN), it prints why and exits 77 (ctest's SKIP_RETURN_CODE).
 
     two_hosts.py --train build/release/apps/torchbus-train/torchbus-train --work /tmp/two_hosts
 """
@@ -42,6 +43,7 @@ class Hosts:
         self.names = ["tbA%d" % tag, "tbB%d" % tag]
         self.links = ["tbvA%d" % tag, "tbvB%d" % tag]
         self.addresses = ["10.77.%d.1" % self.subnet, "10.77.%d.2" % self.subnet]
+        self.processes = []  # every rank started, killed at the exit if still running
 
     def __enter__(self):
         try:
@@ -59,6 +61,10 @@ class Hosts:
         return self
 
     def __exit__(self, *_):
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         for name in self.names:  # removing a namespace removes its end of the veth pair too
             subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
@@ -78,6 +84,7 @@ class Hosts:
                 processes.append(subprocess.Popen(
                     ["ip", "netns", "exec", self.names[host], train] + flags,
                     env=environment, stdout=log, stderr=subprocess.STDOUT))
+        self.processes += processes
         return processes
 
 
@@ -119,7 +126,13 @@ def main():
             failures.append(message)
 
     base = ["--threads", "1", "--no-progress", "--log-every", "1"]
-    with Hosts() as hosts:
+    try:
+        hosts = Hosts().__enter__()
+    except subprocess.CalledProcessError as error:
+        print("two_hosts: skipped: cannot make the network namespaces (%s: %s)" %
+              (" ".join(error.cmd), error.stderr.decode(errors="replace").strip()))
+        return SKIP
+    try:
         # 1. 2x2 ranks of batch 16 against one process of batch 64.
         short = base + ["--epochs", "2", "--max-steps", "60"]
         alone = os.path.join(options.work, "alone")
@@ -190,6 +203,8 @@ def main():
             check(segments == [(4, 16), (2, 32)], "its segments: %s" % segments)
             check("resuming a checkpoint of 4 ranks on 2" in read(os.path.join(logs, "rank0.log")),
                   "the log says how the run was resharded")
+    finally:
+        hosts.__exit__()
     print("two_hosts: %d failure(s)" % len(failures))
     return 1 if failures else 0
 

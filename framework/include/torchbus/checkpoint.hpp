@@ -21,6 +21,10 @@ struct Checkpoint {
   /// Why the run ended at this checkpoint (a StopKind::Finished stop); empty when a resume from
   /// it goes on training.
   std::string stop_reason;
+  /// The number of ranks that wrote it (0: not recorded, a checkpoint of an older version).
+  std::int64_t world_size = 0;
+  /// Batches per optimizer step in its last epoch (0: not recorded).
+  std::int64_t accumulate_grad_batches = 0;
 };
 
 /// The position and end of the run that the checkpoint file `path` holds, read and verified
