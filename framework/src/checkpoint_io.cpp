@@ -361,7 +361,8 @@ Checkpoint checkpoint_of(const fs::path& path, const FitProgress& progress) {
           progress.accumulate_grad_batches};
 }
 
-void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
+/// Reads, validates and applies the checkpoint at `path`; returns the position it held.
+FitProgress apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
   // Its tensors on the device the model trains on, whatever device wrote them (also when loaded
   // before fit() has moved the model there: fit() moves the parameters, not the optimizer state).
   CheckpointReader reader(path, parts.options.device());
@@ -405,6 +406,7 @@ void apply_checkpoint(const CheckpointParts& parts, const fs::path& path) {
   parts.state.metrics.clear();
   for (auto& [name, series] : metrics) parts.state.metrics.set_series(name, std::move(series));
   parts.fit.restore(progress);
+  return progress;
 }
 
 }  // namespace
@@ -446,8 +448,9 @@ CheckpointSnapshot capture_checkpoint(const CheckpointParts& parts, const fs::pa
 }
 
 void load_checkpoint(const CheckpointParts& parts, const fs::path& path) {
+  FitProgress progress;
   try {
-    apply_checkpoint(parts, path);
+    progress = apply_checkpoint(parts, path);
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& error) {
@@ -456,11 +459,9 @@ void load_checkpoint(const CheckpointParts& parts, const fs::path& path) {
     throw CheckpointError(detail::concat("checkpoint ", path.string(),
                                          " cannot be loaded: ", detail::reason_of(error)));
   }
-  const auto& state = parts.state;
-  const Checkpoint checkpoint{path, state.step, state.epoch, state.batch_in_epoch,
-                              state.stop_requested() ? state.stop_reason() : std::string()};
+  const auto checkpoint = checkpoint_of(path, progress);
   for (const auto& callback : parts.bus.callbacks()) {
-    if (callback->runs_on(state.rank)) callback->on_load_checkpoint(checkpoint);
+    if (callback->runs_on(parts.state.rank)) callback->on_load_checkpoint(checkpoint);
   }
 }
 

@@ -195,6 +195,40 @@ BOOST_AUTO_TEST_CASE(loading_calls_every_hook_after_every_state_is_restored) {
              boost::test_tools::per_element());
 }
 
+// Both hooks see the ranks and the accumulation of the run the checkpoint holds, the same record.
+BOOST_AUTO_TEST_CASE(the_record_names_the_ranks_and_the_accumulation_it_was_written_with) {
+  const TempDir dir("checkpoint_hooks");
+  const auto file = dir.path / "k2.tbckpt";
+  struct Seen : Callback {
+    Seen() : Callback("seen") {}
+    std::vector<Checkpoint> saved, loaded;
+    void on_save_checkpoint(const Checkpoint& checkpoint) override { saved.push_back(checkpoint); }
+    void on_load_checkpoint(const Checkpoint& checkpoint) override { loaded.push_back(checkpoint); }
+  };
+  auto data = make_batches(6, 4);
+  Run first(TrainerOptions().max_epochs(1).accumulate_grad_batches(2));
+  auto seen = std::make_shared<Seen>();
+  first.trainer.add(seen);
+  first.trainer.on(Event::StepEnd, [&](State& s) {
+    if (s.step == 2) first.trainer.save_checkpoint(file);
+  });
+  first.trainer.fit(data);
+  Run second(TrainerOptions().max_epochs(1).accumulate_grad_batches(2));
+  second.trainer.add(seen);
+  second.trainer.load_checkpoint(file);
+  BOOST_TEST_REQUIRE(seen->saved.size() == 1u);
+  BOOST_TEST_REQUIRE(seen->loaded.size() == 1u);
+  for (const auto& record : {seen->saved.front(), seen->loaded.front()}) {
+    BOOST_TEST(record.world_size == 1);
+    BOOST_TEST(record.accumulate_grad_batches == 2);
+    BOOST_TEST(record.step == 2);
+    BOOST_TEST(record.batch_in_epoch == 4);
+  }
+  const auto position = read_checkpoint_position(file);
+  BOOST_TEST(position.world_size == 1);
+  BOOST_TEST(position.accumulate_grad_batches == 2);
+}
+
 BOOST_AUTO_TEST_CASE(a_resume_tells_the_file_it_chose) {
   const TempDir dir("checkpoint_hooks");
   auto data = make_batches(3, 4);
