@@ -313,16 +313,17 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
 
 FitProgress FitLoop::read(detail::CheckpointReader& reader,
                           const TrainerOptions& configured) const {
+  auto progress = read_fit_position(reader);
   // The k of the checkpoint's last epoch must agree; later epochs may change it (the schedule
   // says so). Checkpoints written before accumulation schedules had one k for every epoch.
-  const auto k = reader.value("accumulate_grad_batches").toInt();
+  const auto k = progress.accumulate_grad_batches;
   const auto k_epoch = reader.optional_value("accumulate_grad_batches_epoch");
   const auto k_here = k_epoch.isInt() ? configured.accumulate_grad_batches_at(k_epoch.toInt())
                                       : configured.accumulate_grad_batches();
   // Another number of ranks may step on the same global batch with another k.
-  const auto ranks = reader.optional_value("world_size");
+  const auto ranks = progress.world_size;
   const auto ranks_here = static_cast<std::int64_t>(context_.state.world_size);
-  const bool resharded = ranks.isInt() && ranks.toInt() != ranks_here;
+  const bool resharded = ranks > 0 && ranks != ranks_here;
   if (k != k_here && !resharded) {
     reader.fail("was written with accumulate_grad_batches ", k, "; this trainer uses ", k_here,
                 k_epoch.isInt() ? detail::concat(" in epoch ", k_epoch.toInt(), " (counted from 0)")
@@ -330,12 +331,11 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
                 " (the accumulation windows would differ; an accumulation_schedule may change k "
                 "only for epochs after the checkpoint's)");
   }
-  auto progress = read_fit_position(reader);
   if (resharded) {
     // A batch count per rank means other samples once a step is split otherwise.
     if (k != k_here && !configured.limit_train_batches().is_all() &&
         !configured.limit_train_batches().needs_size()) {
-      reader.fail("was written with accumulate_grad_batches ", k, " on ", ranks.toInt(),
+      reader.fail("was written with accumulate_grad_batches ", k, " on ", ranks,
                   " ranks; resuming on ", ranks_here, " with ", k_here,
                   " would change what limit_train_batches ",
                   configured.limit_train_batches().to_string(),
@@ -350,8 +350,8 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
     // A step keeps the checkpoint's global batch: each batch across the ranks holds G / k_here.
     const auto global = progress.batch_samples * k;
     if (global % k_here != 0) {
-      reader.fail("holds steps of ", global, " samples (", ranks.toInt(), " ranks x ",
-                  progress.batch_samples / ranks.toInt(), " per batch x ", k, " batches); ", k_here,
+      reader.fail("holds steps of ", global, " samples (", ranks, " ranks x ",
+                  progress.batch_samples / ranks, " per batch x ", k, " batches); ", k_here,
                   " batches per step on ", ranks_here, " ranks cannot split that evenly");
     }
     progress.expected_batch_samples = global / k_here;
