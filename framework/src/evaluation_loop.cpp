@@ -48,7 +48,9 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     events.open(Event::EvalBatchStart, Event::EvalBatchEnd);
     const auto loss = state.cancelled
                           ? at::Tensor()
-                          : call_step(context_, &StepHooks::eval_step, batch, "eval step");
+                          : call_step(
+                                context_, [&](Batch& b) { return context_.hooks.eval_step(b); },
+                                batch, "eval step");
     if (!state.cancelled) {
       detail::StateWriter::set_batch(state, loss, batch.target);
       const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;

@@ -22,13 +22,13 @@ void move_to_device(Batch& batch, const LoopContext& context) {
   }
 }
 
-at::Tensor call_step(const LoopContext& context, at::Tensor (StepHooks::*step)(Batch&),
+at::Tensor call_step(const LoopContext& context, c10::function_ref<at::Tensor(Batch&)> step,
                      Batch& batch, const char* what) {
   auto& state = context.state;
   at::Tensor loss;
   const bool returned = context.events.run_step([&] {
     const detail::AutocastScope autocast(context.options.precision(), state.device.type());
-    loss = (context.hooks.*step)(batch);
+    loss = step(batch);
   });
   if (!returned || state.cancelled) return {};  // a step may also set `cancelled` itself
   TORCHBUS_CHECK(loss.defined() && loss.numel() == 1, DataError, "the ", what,

@@ -126,7 +126,9 @@ void OptimizationStep::forward_backward(std::size_t index, Batch& batch) {
   auto& events = context_.events;
   auto& run = phases_[index];
   enter_phase(index);
-  const auto loss = call_step(context_, &StepHooks::train_step, batch, run.step_name.c_str());
+  const auto loss = call_step(
+      context_, [&](Batch& b) { return context_.hooks.train_step(index, b); }, batch,
+      run.step_name.c_str());
   if (!state.cancelled) {
     detail::StateWriter::set_batch(state, loss, batch.target);
     events.fire(Event::BeforeBackward);
@@ -199,7 +201,7 @@ void OptimizationStep::step_phase(std::size_t index) {
   sync_.record_update(index, update);
   if (update) {
     clip_gradients(index);
-    context_.hooks.optimizer_step();
+    context_.hooks.optimizer_step(index);
     ++run.steps;
     detail::StateWriter::set_step(state, run.window_loss);
     state.tensors.set(tensor_names::kStepLoss, run.window_loss, Scope::Step);

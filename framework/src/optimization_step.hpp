@@ -77,9 +77,6 @@ class OptimizationStep {
   void record_losses();
   /// The metric names of each phase's loss (the unnamed phase: kTrainLoss, kTrainLossEpoch).
   const std::vector<LossMetricNames>& loss_metrics() const noexcept { return loss_metrics_; }
-  /// The optimizer phase whose train step or optimizer step runs (else 0): the one the trainer's
-  /// `train_step` and `optimizer_step` serve (State::optimizer_phase says the same to subscribers).
-  std::size_t current_phase() const noexcept { return current_phase_; }
   /// Whether a window runs (from `begin` to the end of `finish`): no checkpoint may be taken. A
   /// window an error cut short stays open (its End events see it so) until `reset`.
   bool in_window() const noexcept { return in_window_; }

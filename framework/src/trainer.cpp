@@ -130,9 +130,15 @@ struct Trainer::Engine final : StepHooks, ProgressPublisher {
     events.set_progress(this);
   }
 
-  at::Tensor train_step(Batch& batch) override { return trainer.train_step(batch); }
+  at::Tensor train_step(std::size_t phase, Batch& batch) override {
+    serving_phase = phase;
+    return trainer.train_step(batch);
+  }
   at::Tensor eval_step(Batch& batch) override { return trainer.eval_step(batch); }
-  void optimizer_step() override { trainer.optimizer_step(); }
+  void optimizer_step(std::size_t phase) override {
+    serving_phase = phase;
+    trainer.optimizer_step();
+  }
   /// The loops' counters, into the state before each emission.
   void publish(State& state) const noexcept override {
     fit.publish(state);
@@ -154,6 +160,9 @@ struct Trainer::Engine final : StepHooks, ProgressPublisher {
   EvaluationLoop evaluation;
   FitLoop fit;
   detail::TensorCopyPool copies;  ///< reused by one background checkpoint after another
+  /// The optimizer phase whose step the loop called last: the one the trainer's `train_step` and
+  /// `optimizer_step` serve.
+  std::size_t serving_phase = 0;
 };
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
@@ -411,7 +420,7 @@ at::Tensor Trainer::compute_loss(const at::Tensor& output, const at::Tensor& tar
 }
 
 at::Tensor Trainer::train_step(Batch& batch) {
-  return phases_[engine_->step.current_phase()].step()(*this, batch);
+  return phases_[engine_->serving_phase].step()(*this, batch);
 }
 
 at::Tensor Trainer::own_step(Batch& batch) {
@@ -423,7 +432,7 @@ at::Tensor Trainer::eval_step(Batch& batch) {
 }
 
 void Trainer::optimizer_step() {
-  phases_[engine_->step.current_phase()].optimizer()->step();
+  phases_[engine_->serving_phase].optimizer()->step();
 }
 
 }  // namespace torchbus
