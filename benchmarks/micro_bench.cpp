@@ -26,6 +26,7 @@
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/ema.hpp>
+#include <torchbus/dispatch_observer.hpp>
 #include <torchbus/filter.hpp>
 #include <torchbus/metric_history.hpp>
 #include <torchbus/state.hpp>
@@ -84,7 +85,7 @@ std::int64_t run_emit(benchmark::State& bench, torchbus::DispatchObserver* obser
   for (std::int64_t i = 0; i < subscribers; ++i) {
     bus.on(Event::StepEnd, [](State& s) { ++s.eval_batch; });
   }
-  if (observer != nullptr) bus.set_observer(observer);
+  if (observer != nullptr) set_dispatch_observer(bus, observer);
   const auto allocations_before = allocations();
   for (auto _ : bench) {
     benchmark::DoNotOptimize(&state);

@@ -1,6 +1,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <torchbus/callbacks/profiler.hpp>
+#include <torchbus/dispatch_observer.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/state.hpp>
@@ -61,12 +62,12 @@ void Profiler::on_added(Trainer& trainer) {
   TORCHBUS_CHECK(bus_ == nullptr, ConfigError, "Profiler '", name(),
                  "' was already added to a trainer; create one Profiler per trainer");
   auto& bus = trainer.bus();
-  TORCHBUS_CHECK(bus.observer() == nullptr, ConfigError, "Profiler '", name(),
+  TORCHBUS_CHECK(dispatch_observer(bus) == nullptr, ConfigError, "Profiler '", name(),
                  "': this trainer's bus already has a dispatch observer (another Profiler?); a bus "
                  "has one observer, so add one Profiler per trainer");
-  bus.set_observer(this);
+  set_dispatch_observer(bus, this);
   bus_ = &bus;
-  own_first_ = bus.next_subscriber_id();
+  own_first_ = next_subscriber_id(bus);
   // Timing points, run only inside an action on a rank the profiler runs on.
   const auto at = [&](Event event, int priority, auto body) {
     bus.on(
@@ -124,7 +125,7 @@ void Profiler::on_added(Trainer& trainer) {
   last(Event::BeforeBackward, [this] { open(kBackward); });
   last(Event::BeforeOptimizerStep, [this] { open(kOptimizer); });
   last(Event::EvalStart, [this] { open(kEvaluation); });
-  own_end_ = bus.next_subscriber_id();
+  own_end_ = next_subscriber_id(bus);
 }
 
 void Profiler::start_action(State& state) {
@@ -133,7 +134,7 @@ void Profiler::start_action(State& state) {
   subscriber_ns_ = 0;
   std::fill(nested_ns_.begin(), nested_ns_.end(), 0);
   phases_.fill(PhaseClock{});
-  tallies_.resize(std::max<std::size_t>(tallies_.size(), bus_->next_subscriber_id()));
+  tallies_.resize(std::max<std::size_t>(tallies_.size(), next_subscriber_id(*bus_)));
   for (auto& tallies : tallies_) tallies.clear();
   action_start_ = now_ns();
 }
@@ -201,8 +202,8 @@ void Profiler::end_action() {
   });
   for (const auto& entry : entries) {
     accounted += entry.tally.nanoseconds;
-    rows_.push_back({"subscriber", bus_->subscriber_label(entry.id),
-                     std::string(bus_->channel_name(entry.tally.channel)), entry.tally.calls,
+    rows_.push_back({"subscriber", subscriber_label(*bus_, entry.id),
+                     std::string(channel_name(*bus_, entry.tally.channel)), entry.tally.calls,
                      seconds(entry.tally.nanoseconds)});
   }
   rows_.push_back({"other", "other", "loop bookkeeping", 0, seconds(total - accounted)});
@@ -218,7 +219,7 @@ void Profiler::warn_about_slow_subscribers() {
     std::string events;
     for (const auto& tally : tallies_[id]) {
       own += tally.nanoseconds;
-      events += fmt::format("{}{}", events.empty() ? "" : ", ", bus_->channel_name(tally.channel));
+      events += fmt::format("{}{}", events.empty() ? "" : ", ", channel_name(*bus_, tally.channel));
     }
     const auto share = static_cast<double>(own) / static_cast<double>(elapsed);
     if (share <= options_.warn_share()) continue;
@@ -226,7 +227,7 @@ void Profiler::warn_about_slow_subscribers() {
     logger()->warn(
         "Profiler: {} takes {:.0f}% of the run's time so far ({:.3f} s of {:.3f} s, at {}); "
         "more than warn_share {:.0f}%",
-        bus_->subscriber_label(id), 100 * share, seconds(own), seconds(elapsed), events,
+        subscriber_label(*bus_, id), 100 * share, seconds(own), seconds(elapsed), events,
         100 * options_.warn_share());
   }
 }
@@ -277,8 +278,8 @@ void Profiler::log_rows() const {
     const auto builtin = find_event(event);
     const auto channel = builtin ? index_of(*builtin) : kEventCount + bus_->custom_event(event).id;
     std::string order;
-    for (const auto id : bus_->order_of(channel)) {
-      order += (order.empty() ? "" : ", ") + bus_->subscriber_label(id);
+    for (const auto id : dispatch_order(*bus_, channel)) {
+      order += (order.empty() ? "" : ", ") + subscriber_label(*bus_, id);
     }
     log->info("{}: order at {}: {}", prefix, event, order);
   }

@@ -5,6 +5,7 @@
 #include <torchbus/logging.hpp>
 
 #include "bus_channels.hpp"
+#include "bus_plumbing.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -153,6 +154,18 @@ std::string Channels::short_label(SubscriberId id) const {
   return name.empty() ? concat("subscriber #", id) : name;
 }
 
+std::vector<SubscriberId> Channels::members(std::size_t channel) const {
+  std::vector<SubscriberId> found;
+  for (SubscriberId id = 0; id < subscribers.size(); ++id) {
+    const auto& subscriber = *subscribers[id];
+    if (!subscriber.connected) continue;
+    for (const auto& slot : subscriber.slots) {
+      if (slot.channel == channel) found.push_back(id);
+    }
+  }
+  return found;
+}
+
 const Subscriber* Channels::find_named(std::string_view name) const noexcept {
   for (const auto& subscriber : subscribers) {
     if (subscriber->connected && subscriber->name == name) return subscriber.get();
@@ -165,10 +178,10 @@ void Channels::disconnect(SubscriberId id) {
   if (!subscriber.connected) return;
   subscriber.connected = false;
   for (auto& slot : subscriber.slots) {
+    slot.block.reset();
     slot.connection.disconnect();
     slot.function.clear();  // releases what the subscription captured
     auto& channel = *channels[slot.channel];
-    channel.members.erase(std::find(channel.members.begin(), channel.members.end(), id));
     channel.dirty = channel.constrained;
     if (!subscriber.disabled) --live[slot.channel];
   }
@@ -216,9 +229,8 @@ void Channels::disable(SubscriberId id) {
   auto& subscriber = *subscribers[id];
   if (subscriber.disabled) return;
   subscriber.disabled = true;
-  // Signals2 keeps a slot that is running alive until it returns: this may run inside it.
   for (auto& slot : subscriber.slots) {
-    slot.connection.disconnect();
+    slot.block.emplace(slot.connection);  // reordering leaves it where it is, blocked
     --live[slot.channel];
   }
 }
@@ -299,7 +311,6 @@ void EventBus::attach(SubscriberId id) {
     channel.constrained = channel.constrained || subscriber.constrained();
     channel.dirty = channel.constrained;  // reordered before the next emission
     slot.connection = detail::connect_slot(channel, subscriber.placement.priority(), slot.function);
-    channel.members.push_back(id);
     ++(*live_)[slot.channel];
   }
 }
@@ -511,11 +522,6 @@ std::string EventBus::describe(CustomEvent event) const {
   return describe_channel(kEventCount + event.id);
 }
 
-std::vector<SubscriberId> EventBus::order_of(std::size_t channel) const {
-  channel_name(channel);  // throws ConfigError for a channel that does not exist
-  return detail::resolve_order(*channels_, channel);
-}
-
 std::string EventBus::describe_channel(std::size_t index) const {
   const auto& channels = *channels_;
   const auto order = detail::resolve_order(channels, index);
@@ -553,23 +559,6 @@ const std::vector<std::shared_ptr<Callback>>& EventBus::callbacks() const noexce
   return channels_->callbacks;
 }
 
-bool EventBus::run_callback_hook(const Callback& callback, std::string_view what,
-                                 const std::function<void()>& hook) {
-  const auto id = channels_->id_of(callback);
-  if (!id || channels_->subscribers[*id]->placement.error_policy().propagates()) {
-    hook();
-    return true;
-  }
-  try {
-    hook();
-    channels_->subscribers[*id]->failures_in_a_row = 0;
-    return true;
-  } catch (...) {
-    channels_->record_failure(*id, what);
-    return false;
-  }
-}
-
 bool EventBus::is_disabled(const Callback& callback) const noexcept {
   const auto id = channels_->id_of(callback);
   return id && channels_->subscribers[*id]->disabled;
@@ -582,21 +571,45 @@ Callback* EventBus::find_callback(std::string_view name) const noexcept {
   return nullptr;
 }
 
+const std::vector<SubscriberFailure>& EventBus::subscriber_failures() const noexcept {
+  return channels_->failures;
+}
+
+namespace detail {
+
+bool run_callback_hook(EventBus& bus, const Callback& callback, std::string_view what,
+                       const std::function<void()>& hook) {
+  auto& channels = BusAccess::channels(bus);
+  const auto id = channels.id_of(callback);
+  if (!id || channels.subscribers[*id]->placement.error_policy().propagates()) {
+    hook();
+    return true;
+  }
+  try {
+    hook();
+    channels.subscribers[*id]->failures_in_a_row = 0;
+    return true;
+  } catch (...) {
+    channels.record_failure(*id, what);
+    return false;
+  }
+}
+
 namespace {
 /// Calls `visit(key, filter)` for the filter of every connected filtered subscription, keyed as
-/// `EventBus::filter_counts` documents.
+/// `filter_counts` documents.
 template <typename Visit>
-void for_each_filter(detail::Channels& channels, Visit&& visit) {
+void for_each_filter(Channels& channels, Visit&& visit) {
   for (std::size_t index = 0; index < channels.channels.size(); ++index) {
     std::size_t position = 0;
-    for (const auto id : channels.channels[index]->members) {
+    for (const auto id : channels.members(index)) {
       auto& subscriber = *channels.subscribers[id];
       for (auto& slot : subscriber.slots) {
         if (slot.channel != index || slot.filter == nullptr) continue;
         const auto event = channels.channel_name(index);
-        auto key = subscriber.name.empty()        ? detail::concat(event, "#", position)
+        auto key = subscriber.name.empty()        ? concat(event, "#", position)
                    : subscriber.slots.size() == 1 ? subscriber.name
-                                                  : detail::concat(subscriber.name, "@", event);
+                                                  : concat(subscriber.name, "@", event);
         visit(key, *slot.filter);
         ++position;
       }
@@ -605,53 +618,21 @@ void for_each_filter(detail::Channels& channels, Visit&& visit) {
 }
 }  // namespace
 
-EventBus::FilterCounts EventBus::filter_counts() const {
+FilterCounts filter_counts(const EventBus& bus) {
   FilterCounts counts;
-  for_each_filter(*channels_, [&](std::string& key, const Filter& filter) {
+  for_each_filter(BusAccess::channels(bus), [&](std::string& key, const Filter& filter) {
     counts.emplace_back(std::move(key), filter.own_count());
   });
   return counts;
 }
 
-void EventBus::restore_filter_counts(const FilterCounts& counts) {
-  for_each_filter(*channels_, [&](const std::string& key, Filter& filter) {
+void restore_filter_counts(EventBus& bus, const FilterCounts& counts) {
+  for_each_filter(BusAccess::channels(bus), [&](const std::string& key, Filter& filter) {
     const auto found = std::find_if(counts.begin(), counts.end(),
                                     [&](const auto& entry) { return entry.first == key; });
     if (found != counts.end()) filter.set_own_count(found->second);
   });
 }
 
-const std::vector<SubscriberFailure>& EventBus::subscriber_failures() const noexcept {
-  return channels_->failures;
-}
-
-void EventBus::set_observer(DispatchObserver* observer) {
-  auto& installed = channels_->observer;
-  TORCHBUS_CHECK(observer == nullptr || installed == nullptr || installed == observer, ConfigError,
-                 "this bus already has a dispatch observer (one per bus); remove it with "
-                 "set_observer(nullptr) before installing another");
-  installed = observer;
-}
-
-DispatchObserver* EventBus::observer() const noexcept {
-  return channels_->observer;
-}
-
-std::string EventBus::subscriber_label(SubscriberId id) const {
-  const auto& subscribers = channels_->subscribers;
-  TORCHBUS_CHECK(id < subscribers.size(), ConfigError, "no subscriber has id ", id,
-                 " on this bus (it has given out ", subscribers.size(), " ids)");
-  const auto& subscriber = *subscribers[id];
-  if (!subscriber.name.empty()) return subscriber.name;
-  return detail::concat("subscriber #", id, " (priority ", subscriber.placement.priority(), ")");
-}
-
-SubscriberId EventBus::next_subscriber_id() const noexcept {
-  return channels_->subscribers.size();
-}
-
-std::string_view EventBus::channel_name(std::size_t channel) const {
-  return channels_->channel_name(channel);
-}
-
+}  // namespace detail
 }  // namespace torchbus

@@ -5,8 +5,10 @@
 /// (built-in events first, then custom events), the subscribers by id, the callback registry.
 
 #include <boost/signals2/dummy_mutex.hpp>
+#include <boost/signals2/shared_connection_block.hpp>
 #include <boost/signals2/signal_type.hpp>
 #include <torchbus/bus.hpp>
+#include <torchbus/dispatch_observer.hpp>
 
 #include "control_catch.hpp"
 
@@ -77,6 +79,7 @@ struct ChannelSlot {
   std::size_t channel = 0;
   Signal::slot_function_type function;  // connected again when the channel is reordered
   boost::signals2::connection connection;
+  std::optional<boost::signals2::shared_connection_block> block;  // set once its policy disables it
   std::unique_ptr<Filter> filter;  // this channel's copy, null when it lets everything through
 };
 
@@ -101,10 +104,9 @@ struct Subscriber {
 /// One event's signal and who is on it.
 struct Channel {
   std::unique_ptr<Signal> signal;
-  std::vector<SubscriberId> members;  // connected subscribers, in registration order
-  bool constrained = false;           // a member has a role or after/before: order by resolve_order
-  bool dirty = false;                 // constrained and changed since the last reordering
-  std::uint32_t emitting = 0;         // emissions of this channel in progress
+  bool constrained = false;    // a member has a role or after/before: order by resolve_order
+  bool dirty = false;          // constrained and changed since the last reordering
+  std::uint32_t emitting = 0;  // emissions of this channel in progress
 };
 
 struct Channels {
@@ -123,6 +125,8 @@ struct Channels {
   std::string_view channel_name(std::size_t channel) const;
   /// A subscriber's name, or "subscriber #<id>".
   std::string short_label(SubscriberId id) const;
+  /// The connected subscribers of `channel` (disabled ones included), in registration order.
+  std::vector<SubscriberId> members(std::size_t channel) const;
   /// The connected subscriber called `name`, or nullptr.
   const Subscriber* find_named(std::string_view name) const noexcept;
   /// Disconnects subscriber `id` from every channel and removes a callback from the registry.
@@ -133,11 +137,18 @@ struct Channels {
   void record_failure(SubscriberId id, std::string_view event);
   /// The id of the class callback `callback` (also when disabled); none when it is not added.
   std::optional<SubscriberId> id_of(const Callback& callback) const noexcept;
-  /// Disconnects subscriber `id`'s slots for good, keeping it added: its name stays taken, a
-  /// callback stays in the registry (its state in checkpoints) and its filters keep their keys.
+  /// Blocks subscriber `id`'s slots for good (Signals2's shared_connection_block), keeping it
+  /// added: its name stays taken, a callback stays in the registry (its state in checkpoints) and
+  /// its filters keep their keys.
   void disable(SubscriberId id);
   /// Reconnects the slots of `channel` in their resolved order (not while it is emitted).
   void reorder(std::size_t channel);
+};
+
+/// The one door to a bus's private state, for the plumbing functions of bus_plumbing.hpp and
+/// dispatch_observer.hpp.
+struct BusAccess {
+  static Channels& channels(const EventBus& bus) noexcept { return *bus.channels_; }
 };
 
 /// The members of `channel` in the order they run: a stable topological order of their

@@ -25,10 +25,11 @@ class Optimizer;
 
 namespace torchbus {
 
-/// The parts of a trainer whose states a checkpoint holds. Each part writes and reads its own
-/// entries (FitLoop: position, generators, the run's end, k; OptimizationStep: the loss scales,
-/// the optimizer phases and their steps); the model's tensors, the optimizers, the metric history,
-/// the callbacks' states and the filters' counts are written here.
+/// The parts of a trainer whose states a checkpoint holds, one section each (checkpoint_io.cpp
+/// lists them): FitLoop (position, generators, the run's end, k) and OptimizationStep (the loss
+/// scales, the optimizer phases and their steps) save and read their own; the model's tensors, the
+/// optimizers, the options, the metric history, the filters' counts and the callbacks' states have
+/// theirs in checkpoint_sections.hpp.
 struct CheckpointParts {
   FitLoop& fit;
   OptimizationStep& step;

@@ -35,6 +35,8 @@ class CheckpointReader {
   explicit CheckpointReader(const std::filesystem::path& path,
                             c10::Device device = c10::Device(c10::kCPU));
 
+  /// The file it reads.
+  const std::filesystem::path& path() const noexcept { return path_; }
   /// The file's header (step, run identity).
   const CheckpointHeader& header() const noexcept { return header_; }
   /// The value at `key`; fails when there is none.

@@ -40,7 +40,7 @@ std::vector<std::size_t> find_cycle(const std::vector<std::vector<std::size_t>>&
 }  // namespace
 
 std::vector<SubscriberId> resolve_order(const Channels& channels, std::size_t channel) {
-  const auto& members = channels.channels[channel]->members;
+  const auto members = channels.members(channel);
   const auto count = members.size();
   const auto member_named = [&](const std::string& name) {
     for (std::size_t i = 0; i < count; ++i) {

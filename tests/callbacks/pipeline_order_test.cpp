@@ -21,6 +21,7 @@
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/callbacks/timer.hpp>
+#include <torchbus/dispatch_observer.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -37,8 +38,8 @@ using Names = std::vector<std::string>;
 /// The labels of `event`'s subscribers in the order they run.
 Names run_order(Trainer& trainer, Event event) {
   Names names;
-  for (const auto id : trainer.bus().order_of(index_of(event))) {
-    names.push_back(trainer.bus().subscriber_label(id));
+  for (const auto id : dispatch_order(trainer.bus(), index_of(event))) {
+    names.push_back(subscriber_label(trainer.bus(), id));
   }
   return names;
 }

@@ -6,6 +6,7 @@
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/timer.hpp>
+#include <torchbus/dispatch_observer.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -87,12 +88,12 @@ BOOST_AUTO_TEST_CASE(a_sleeping_subscriber_is_measured_per_call) {
   Run run;
   auto profiler = std::make_shared<Profiler>(ProfilerOptions().log_table(false));
   run.trainer.add(profiler);
-  const auto id = run.trainer.bus().next_subscriber_id();
+  const auto id = next_subscriber_id(run.trainer.bus());
   run.trainer.on(Event::StepEnd, [](State&) { sleep_ms(5); });
   auto data = make_batches(4, 4);
   run.trainer.fit(data);
 
-  const auto sleeper = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(id));
+  const auto sleeper = row(*profiler, "subscriber", subscriber_label(run.trainer.bus(), id));
   BOOST_TEST(sleeper.name == "subscriber #" + std::to_string(id) + " (priority 0)");
   BOOST_TEST(sleeper.event == "StepEnd");
   BOOST_TEST(sleeper.calls == 4);
@@ -151,7 +152,7 @@ BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluation
   run.trainer.on(Event::EvalStart, [&](State&) { ++evaluations; });
   // Each nap is as long as everything else took so far, so the naps outweigh the evaluations.
   ProportionalNap nap(run.trainer, 1.0, std::chrono::milliseconds(1));
-  const auto eval_sleeper = run.trainer.bus().next_subscriber_id();
+  const auto eval_sleeper = next_subscriber_id(run.trainer.bus());
   run.trainer.on(Event::EvalBatchEnd, [&](State&) { nap(); });
   auto train = make_batches(6, 4);  // 3 steps of 2 batches per epoch
   auto validation = make_batches(2, 4, 4, 3, 11);
@@ -165,7 +166,7 @@ BOOST_AUTO_TEST_CASE(totals_add_up_and_phases_count_batches_steps_and_evaluation
   BOOST_TEST(row(*profiler, "subscriber", "timer", "StepEnd").calls == 6);
   BOOST_TEST(row(*profiler, "subscriber", "timer", "BatchEnd").calls == 12);
   // The evaluation's subscriber time is a subscriber row, not part of the evaluation phase.
-  const auto slow = row(*profiler, "subscriber", run.trainer.bus().subscriber_label(eval_sleeper),
+  const auto slow = row(*profiler, "subscriber", subscriber_label(run.trainer.bus(), eval_sleeper),
                         "EvalBatchEnd");
   BOOST_TEST(slow.calls == 2 * evaluations);
   BOOST_TEST(slow.total_seconds >= nap.napped_seconds());
@@ -219,9 +220,9 @@ BOOST_AUTO_TEST_CASE(subscribers_count_their_own_time_and_nested_emissions_separ
   const auto checked = bus.register_event("batch_checked");
   auto profiler = std::make_shared<Profiler>(ProfilerOptions().log_table(false));
   run.trainer.add(profiler);
-  const auto checker = bus.next_subscriber_id();
+  const auto checker = next_subscriber_id(bus);
   bus.on(checked, [](State&) { sleep_ms(2); });
-  const auto outer = bus.next_subscriber_id();
+  const auto outer = next_subscriber_id(bus);
   bus.on(Event::StepEnd, [&](State& state) { checked.emit(state); });
   // The train step emits the custom event too: its subscriber's time is not forward time.
   run.trainer.set_train_step([checked](Trainer& t, Batch& batch) {
@@ -231,10 +232,10 @@ BOOST_AUTO_TEST_CASE(subscribers_count_their_own_time_and_nested_emissions_separ
   auto data = make_batches(3, 4);
   run.trainer.fit(data);
 
-  const auto inner = row(*profiler, "subscriber", bus.subscriber_label(checker), "batch_checked");
+  const auto inner = row(*profiler, "subscriber", subscriber_label(bus, checker), "batch_checked");
   BOOST_TEST(inner.calls == 6);  // 3 from the train step, 3 from the StepEnd subscriber
   BOOST_TEST(inner.total_seconds >= 6 * 0.002);
-  const auto emitter = row(*profiler, "subscriber", bus.subscriber_label(outer), "StepEnd");
+  const auto emitter = row(*profiler, "subscriber", subscriber_label(bus, outer), "StepEnd");
   BOOST_TEST(emitter.calls == 3);
   BOOST_TEST(emitter.total_seconds < 3 * 0.002);  // the nested calls are not its own time
   BOOST_TEST(row(*profiler, "phase", "forward").total_seconds < inner.total_seconds);

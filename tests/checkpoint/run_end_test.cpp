@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
+#include <vector>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -136,6 +138,37 @@ BOOST_AUTO_TEST_CASE(a_damaged_payload_behind_a_valid_crc_is_a_named_checkpoint_
   resumed.trainer.on(Event::ActionStart, [](State& s) { BOOST_TEST(s.step == 2); });
   resumed.fit();
   BOOST_TEST(resumed.trainer.state().step == 12);
+}
+
+// A payload that is an archive but holds an entry of the wrong type: the error names the file and
+// the section that could not read it, and the model is untouched.
+BOOST_AUTO_TEST_CASE(a_well_formed_payload_of_wrong_entries_names_its_section) {
+  const auto folder = scratch("run_end", "wrong_entry");
+  ResumeRun run;
+  run.trainer.save_checkpoint(folder / "good.tbckpt");
+  torch::serialize::OutputArchive archive;
+  archive.write("format_version", c10::IValue(std::int64_t{1}));
+  archive.write("position", c10::IValue(std::vector<std::int64_t>{0, 2, 0, 2}));
+  archive.write("accumulate_grad_batches", c10::IValue(std::int64_t{1}));
+  archive.write("parameters_names", c10::IValue(std::int64_t{7}));  // text in a real checkpoint
+  std::ostringstream payload;
+  archive.save_to(payload);
+  const auto file = folder / "wrong.tbckpt";
+  std::ofstream(file, std::ios::binary)
+      << reframe_checkpoint(read_text(folder / "good.tbckpt"),
+                            read_checkpoint_payload(folder / "good.tbckpt").size(), payload.str());
+  ResumeRun target(77);
+  const auto before = target.model->parameters()[0].clone();
+  try {
+    target.trainer.load_checkpoint(file);
+    BOOST_ERROR("a checkpoint of wrong entries loaded");
+  } catch (const CheckpointError& error) {
+    const std::string what = error.what();
+    BOOST_TEST(
+        what.find(file.string() + " cannot be loaded (its model section): ") != std::string::npos,
+        what);
+  }
+  BOOST_TEST(torch::equal(target.model->parameters()[0], before));
 }
 
 BOOST_AUTO_TEST_CASE(odd_entries_of_a_checkpoint_folder_are_skipped_never_followed) {

@@ -2,6 +2,8 @@
 #include <support/errors.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include "bus_plumbing.hpp"  // filter counts, private to torchbus_framework
+
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -36,8 +38,8 @@ class RecordingObserver : public DispatchObserver {
   std::vector<std::string> calls() const {
     std::vector<std::string> out;
     for (const auto& timing : timings) {
-      out.push_back(std::string(bus_.channel_name(timing.channel)) + ":" +
-                    bus_.subscriber_label(timing.subscriber));
+      out.push_back(std::string(channel_name(bus_, timing.channel)) + ":" +
+                    subscriber_label(bus_, timing.subscriber));
     }
     return out;
   }
@@ -112,7 +114,7 @@ BOOST_AUTO_TEST_CASE(emitting_without_subscribers_does_nothing) {
   EventBus& bus = publisher.bus();
   State state;
   RecordingObserver observer(bus);
-  bus.set_observer(&observer);
+  set_dispatch_observer(bus, &observer);
   std::vector<std::string> calls;
   for (std::size_t i = 0; i < kEventCount; ++i) {
     const auto event = static_cast<Event>(i);
@@ -381,17 +383,17 @@ BOOST_AUTO_TEST_CASE(observer_sees_each_subscriber_with_its_label_once_per_emiss
   EventBus& bus = publisher.bus();
   State state;
   RecordingObserver observer(bus);
-  const auto first_id = bus.next_subscriber_id();
+  const auto first_id = next_subscriber_id(bus);
   bus.on(
       Event::StepEnd, [](State&) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }, 5);
   bus.add(std::make_shared<StepEndCallback>());
   bus.on(Event::StepEnd, every(2), [](State&) {});
   const auto custom = bus.register_event("batch_verified");
   bus.on(custom, [](State&) {});
-  BOOST_TEST(bus.next_subscriber_id() == first_id + 4);
-  BOOST_TEST(bus.observer() == nullptr);
-  bus.set_observer(&observer);
-  BOOST_TEST(bus.observer() == &observer);
+  BOOST_TEST(next_subscriber_id(bus) == first_id + 4);
+  BOOST_TEST(dispatch_observer(bus) == nullptr);
+  set_dispatch_observer(bus, &observer);
+  BOOST_TEST(dispatch_observer(bus) == &observer);
   for (int i = 0; i < 2; ++i) {
     ++state.step;
     publisher.emit(Event::StepEnd, state);
@@ -416,9 +418,10 @@ BOOST_AUTO_TEST_CASE(observer_sees_each_subscriber_with_its_label_once_per_emiss
     BOOST_TEST(timing.nanoseconds >= 0);
     BOOST_TEST(timing.depth == 0u);
   }
-  BOOST_TEST(bus.channel_name(index_of(Event::StepEnd)) == "StepEnd");
-  BOOST_TEST(contains(error_message([&] { bus.subscriber_label(99); }), "no subscriber has id 99"));
-  BOOST_TEST(contains(error_message([&] { bus.channel_name(kEventCount + 5); }), "channel"));
+  BOOST_TEST(channel_name(bus, index_of(Event::StepEnd)) == "StepEnd");
+  BOOST_TEST(
+      contains(error_message([&] { subscriber_label(bus, 99); }), "no subscriber has id 99"));
+  BOOST_TEST(contains(error_message([&] { channel_name(bus, kEventCount + 5); }), "channel"));
 }
 
 BOOST_AUTO_TEST_CASE(a_throwing_slot_is_still_timed_and_its_error_propagates_as_before) {
@@ -426,7 +429,7 @@ BOOST_AUTO_TEST_CASE(a_throwing_slot_is_still_timed_and_its_error_propagates_as_
   EventBus& bus = publisher.bus();
   State state;
   RecordingObserver observer(bus);
-  bus.set_observer(&observer);
+  set_dispatch_observer(bus, &observer);
   int later = 0;
   bus.on(Event::BatchEnd, [](State&) { throw DataError("bad batch"); });
   bus.on(Event::BatchEnd, [&](State&) { ++later; });
@@ -460,7 +463,7 @@ BOOST_AUTO_TEST_CASE(nested_emissions_are_reported_first_one_level_deeper) {
   const auto inner = bus.register_event("inner");
   bus.on(inner, [](State&) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
   bus.on(Event::StepEnd, [&](State& s) { inner.emit(s); });
-  bus.set_observer(&observer);
+  set_dispatch_observer(bus, &observer);
   publisher.emit(Event::StepEnd, state);
   BOOST_TEST_REQUIRE(
       observer.calls() == (std::vector<std::string>{"inner:subscriber #0 (priority 0)",
@@ -485,17 +488,18 @@ BOOST_AUTO_TEST_CASE(removing_the_observer_stops_reports_and_one_observer_per_bu
     removed.disconnect();  // disconnecting during an observed emission still works
   });
   removed = bus.on(Event::StepEnd, [&](State&) { ++calls; });
-  bus.set_observer(&observer);
-  bus.set_observer(&observer);  // the same one again: no change
-  BOOST_TEST(contains(error_message([&] { bus.set_observer(&other); }), "already has a dispatch"));
+  set_dispatch_observer(bus, &observer);
+  set_dispatch_observer(bus, &observer);  // the same one again: no change
+  BOOST_TEST(contains(error_message([&] { set_dispatch_observer(bus, &other); }),
+                      "already has a dispatch"));
   publisher.emit(Event::StepEnd, state);
   BOOST_TEST(calls == 1);
   BOOST_TEST(observer.timings.size() == 1u);
-  bus.set_observer(nullptr);
+  set_dispatch_observer(bus, nullptr);
   publisher.emit(Event::StepEnd, state);
   BOOST_TEST(calls == 2);
   BOOST_TEST(observer.timings.size() == 1u);
-  bus.set_observer(&other);
+  set_dispatch_observer(bus, &other);
   publisher.emit(Event::StepEnd, state);
   BOOST_TEST(other.timings.size() == 1u);
 }
@@ -582,8 +586,8 @@ BOOST_AUTO_TEST_CASE(filter_counts_are_keyed_stably_and_restored) {
   whole.run(7);
   Setup first;
   first.run(4);
-  const auto counts = first.publisher.bus().filter_counts();
-  using Counts = EventBus::FilterCounts;
+  const auto counts = torchbus::detail::filter_counts(first.publisher.bus());
+  using Counts = torchbus::detail::FilterCounts;
   const Counts expected{{"ActionStart#0", 4},    {"ActionStart#1", 4}, {"listed@EvalEnd", 4},
                         {"listed@ActionEnd", 2}, {"swa_logger", 4},    {"swa_update#1", 4}};
   BOOST_TEST_REQUIRE(counts.size() == expected.size());
@@ -592,8 +596,8 @@ BOOST_AUTO_TEST_CASE(filter_counts_are_keyed_stably_and_restored) {
     BOOST_TEST(counts[i].second == expected[i].second, counts[i].first);
   }
   Setup second;
-  second.publisher.bus().restore_filter_counts(counts);
-  BOOST_CHECK(second.publisher.bus().filter_counts() == counts);
+  torchbus::detail::restore_filter_counts(second.publisher.bus(), counts);
+  BOOST_CHECK(torchbus::detail::filter_counts(second.publisher.bus()) == counts);
   second.run(3);  // as the last 3 rounds of `whole`
   auto resumed = first.calls;
   resumed.insert(resumed.end(), second.calls.begin(), second.calls.end());

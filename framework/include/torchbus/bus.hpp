@@ -38,6 +38,7 @@ struct LiveCounts {
   }
 };
 struct Channels;
+struct BusAccess;
 }  // namespace detail
 
 /// Id of a custom event: what subscribing needs. `EventBus::register_event` returns a
@@ -47,6 +48,10 @@ struct CustomEvent {
 };
 
 class EventBus;
+
+/// Identifies a subscriber of a bus: every hook of a class callback shares the callback's id;
+/// every other subscription has its own. Ids count up from 0 and are never reused.
+using SubscriberId = std::uint64_t;
 
 /// The publish side of one custom event, returned by `EventBus::register_event` (whoever
 /// registers an event decides who may publish it). Converts to the CustomEvent id for subscribing.
@@ -69,42 +74,18 @@ class CustomEventPublisher {
   CustomEvent event_;
 };
 
-/// Identifies a subscriber of a bus in dispatch reports: every hook of a class callback shares the
-/// callback's id; every other subscription has its own. Ids count up from 0 and are never reused.
-using SubscriberId = std::uint64_t;
-
-/// One subscriber call, as reported to a DispatchObserver.
-struct DispatchTiming {
-  /// The event: `index_of(event)` for a built-in one, `kEventCount + CustomEvent::id` for a custom
-  /// one (`EventBus::channel_name` gives its name).
-  std::size_t channel = 0;
-  SubscriberId subscriber = 0;   ///< who ran (`EventBus::subscriber_label` gives a readable name)
-  std::int64_t nanoseconds = 0;  ///< steady_clock time of the call, nested emissions included
-  std::uint32_t depth = 0;  ///< 0 for a call from the loop, n + 1 inside an observed depth-n call
-};
-
-/// Receives the duration of every subscriber call of a bus: install one with
-/// `EventBus::set_observer`. Without an observer the bus reads no clock.
-class DispatchObserver {
- public:
-  virtual ~DispatchObserver() = default;
-  /// Called after each subscriber call, also when it threw (the exception then propagates as
-  /// usual). Calls nested inside it are reported before it. Must not throw.
-  virtual void on_dispatch(const DispatchTiming& timing) noexcept = 0;
-};
-
 /// The subscribe side of an event bus (the sink of EnTT's sigh/sink split): subscriptions, class
-/// callbacks, custom events, ordering. Only its EventPublisher publishes built-in events; a custom
-/// event is published through the handle its registration returned. Subscribers of an event run
-/// in a stable topological order of their `after` / `before` constraints (on names and roles),
+/// callbacks, custom events, ordering, filters, describing. What only tools need (a dispatch
+/// observer for profiling) is in dispatch_observer.hpp; what the trainer's checkpoints and error
+/// policies need is private to torchbus. Only its EventPublisher publishes built-in events; a
+/// custom event is published through the handle its registration returned. Subscribers of an event
+/// run in a stable topological order of their `after` / `before` constraints (on names and roles),
 /// ties broken by priority (lower first), then role (in Role's order), then registration order.
 /// Not thread-safe: use it from the thread that runs the loop.
 class EventBus {
  public:
   /// A subscriber.
   using Slot = std::function<void(State&)>;
-  /// Filter counts by subscription key (see `filter_counts`).
-  using FilterCounts = std::vector<std::pair<std::string, std::int64_t>>;
 
   ~EventBus();
   EventBus(const EventBus&) = delete;
@@ -162,9 +143,6 @@ class EventBus {
   std::string describe(Event event) const;
   /// The subscribers of a custom event in the order they run.
   std::string describe(CustomEvent event) const;
-  /// The subscribers of a channel (numbered as in DispatchTiming) in the order they run.
-  std::vector<SubscriberId> order_of(std::size_t channel) const;
-
   /// Connected subscribers of `event`.
   std::size_t subscriber_count(Event event) const noexcept {
     return live_->builtin[index_of(event)];
@@ -177,44 +155,16 @@ class EventBus {
   /// The callback called `name`, or nullptr.
   Callback* find_callback(std::string_view name) const noexcept;
 
-  /// The own counts of the filters of the connected subscriptions (for checkpoints), keyed by the
-  /// subscription's name (`<name>@<event>` when it names several events), else by
-  /// `<event>#<i>`: its position among the filtered subscriptions of the event, in registration
-  /// order.
-  FilterCounts filter_counts() const;
-  /// Restores counts saved by `filter_counts` into the subscriptions with the same keys (the other
-  /// keys are ignored).
-  void restore_filter_counts(const FilterCounts& counts);
-
   /// The subscribers that threw under a Disable error policy, in the order of their first failure:
   /// those disconnected and those that recovered within their retries.
   const std::vector<SubscriberFailure>& subscriber_failures() const noexcept;
-  /// Runs `hook`, a call of `callback` outside the events (`what`: e.g. "on_save_checkpoint"),
-  /// under the callback's error policy: when the policy disables, a failure is recorded as one
-  /// during `what` (disabling the callback when no retry is left) instead of propagating. Returns
-  /// whether the hook returned.
-  bool run_callback_hook(const Callback& callback, std::string_view what,
-                         const std::function<void()>& hook);
   /// Whether `callback` was disabled by its error policy (it stays added, its state saved).
   bool is_disabled(const Callback& callback) const noexcept;
-
-  /// Installs `observer` (not owned; nullptr removes it), which then gets the time of every
-  /// subscriber call. One per bus: throws ConfigError when another one is installed.
-  void set_observer(DispatchObserver* observer);
-  /// The installed observer, or nullptr.
-  DispatchObserver* observer() const noexcept;
-  /// Readable name of a subscriber: a class callback's or named subscription's name, else
-  /// "subscriber #<id> (priority p)".
-  std::string subscriber_label(SubscriberId id) const;
-  /// The id the next subscription (or class callback) will get.
-  SubscriberId next_subscriber_id() const noexcept;
-  /// Name of a channel of DispatchTiming: the built-in event's name (e.g. "StepEnd") or the custom
-  /// event's.
-  std::string_view channel_name(std::size_t channel) const;
 
  private:
   friend class EventPublisher;
   friend class CustomEventPublisher;
+  friend struct detail::BusAccess;  // checkpoint, error-policy and dispatch-observer plumbing
   EventBus();
 
   CallbackConnection add_callback(std::shared_ptr<Callback> callback, EventList hooks);

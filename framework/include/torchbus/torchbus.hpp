@@ -12,6 +12,7 @@
 #include <torchbus/connection.hpp>
 #include <torchbus/control.hpp>
 #include <torchbus/decorators.hpp>
+#include <torchbus/dispatch_observer.hpp>
 #include <torchbus/distributed.hpp>
 #include <torchbus/distributed_sampler.hpp>
 #include <torchbus/error.hpp>

@@ -5,8 +5,8 @@
 /// gradient sync, optimizer, evaluation) and the rest of the loop, as a table at ActionEnd.
 
 #include <torch/arg.h>
-#include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
+#include <torchbus/dispatch_observer.hpp>
 
 #include <array>
 #include <cstdint>
