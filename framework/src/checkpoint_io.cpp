@@ -52,6 +52,7 @@ std::vector<CheckpointSection> sections_of(const CheckpointParts& parts,
            if (loaded != nullptr) *loaded = progress;
          };
        }},
+      generators_section(),
       options_section(options),
       metrics_section(parts.state.metrics),
       filter_counts_section(parts.bus),

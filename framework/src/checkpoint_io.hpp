@@ -26,10 +26,10 @@ class Optimizer;
 namespace torchbus {
 
 /// The parts of a trainer whose states a checkpoint holds, one section each (checkpoint_io.cpp
-/// lists them): FitLoop (position, generators, the run's end, k) and OptimizationStep (the loss
-/// scales, the optimizer phases and their steps) save and read their own; the model's tensors, the
-/// optimizers, the options, the metric history, the filters' counts and the callbacks' states have
-/// theirs in checkpoint_sections.hpp.
+/// lists them): FitLoop (position, the epoch's order, the run's end, k) and OptimizationStep (the
+/// loss scales, the optimizer phases and their steps) save and read their own; the model's tensors,
+/// the optimizers, the generators, the options, the metric history, the filters' counts and the
+/// callbacks' states have theirs in checkpoint_sections.hpp.
 struct CheckpointParts {
   FitLoop& fit;
   OptimizationStep& step;

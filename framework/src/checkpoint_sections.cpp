@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/logging.hpp>
+#include <torchbus/rng_state.hpp>
 
 #include "bus_plumbing.hpp"
 #include "checkpoint_sections.hpp"
@@ -230,6 +231,23 @@ CheckpointSection optimizers_section(const std::vector<OptimizerPhase>& phases) 
             return [&phases, archives] { load_optimizers_or_restore(phases, *archives); };
           },
           /*apply_may_fail=*/true};
+}
+
+// ---- the generators -----------------------------------------------------------------------------
+
+CheckpointSection generators_section() {
+  return {"generators",
+          [](OutputArchive& archive, const SectionCapture&) {
+            const auto generators = RngState::capture();
+            archive.write("rng", generators.cpu());
+            archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(generators.cuda())));
+          },
+          [](CheckpointReader& reader) -> CheckpointSection::Apply {
+            return [generators =
+                        RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector())] {
+              generators.restore();
+            };
+          }};
 }
 
 // ---- the run's options --------------------------------------------------------------------------

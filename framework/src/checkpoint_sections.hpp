@@ -2,9 +2,9 @@
 
 /// \file
 /// The checkpoint sections of the trainer's parts that are not loops (private to
-/// torchbus_framework): the model's tensors, the optimizers, the metric history, the filters'
-/// counts, the callbacks' states and the options the run used. FitLoop and OptimizationStep save
-/// and read their own; checkpoint_io.cpp lists them all.
+/// torchbus_framework): the model's tensors, the optimizers, the generators, the metric history,
+/// the filters' counts, the callbacks' states and the options the run used. FitLoop and
+/// OptimizationStep save and read their own; checkpoint_io.cpp lists them all.
 
 #include <torchbus/bus.hpp>
 #include <torchbus/metric_history.hpp>
@@ -27,6 +27,9 @@ CheckpointSection model_section(torch::nn::Module& module);
 /// Each phase's optimizer state, type and parameter group sizes. Applying loads them all, or puts
 /// back the states they had and rethrows when one cannot take its state.
 CheckpointSection optimizers_section(const std::vector<OptimizerPhase>& phases);
+
+/// The states of the generators (CPU, and each CUDA device's), put back when applied.
+CheckpointSection generators_section();
 
 /// The options the run used, as text: a resume with other options logs the checkpoint's.
 CheckpointSection options_section(const TrainerOptions& options);

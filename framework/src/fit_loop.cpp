@@ -262,9 +262,8 @@ FitProgress FitLoop::progress() const {
   progress.world_size = state.world_size;
   progress.accumulate_grad_batches = state.accumulate_grad_batches;
   progress.batch_samples = batch_samples_;
-  progress.rng = RngState::capture();
   progress.epoch_start_rng =
-      next_epoch || !epoch_start_rng_.defined() ? progress.rng.cpu() : epoch_start_rng_;
+      next_epoch || !epoch_start_rng_.defined() ? RngState::capture_cpu() : epoch_start_rng_;
   return progress;
 }
 
@@ -276,8 +275,6 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
                                                       saved.global_batch}));
   // The run's end: a resume from this checkpoint trains nothing (absent: it goes on).
   if (!saved.stop_reason.empty()) archive.write("stop_reason", c10::IValue(saved.stop_reason));
-  archive.write("rng", saved.rng.cpu());
-  archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(saved.rng.cuda())));
   archive.write("epoch_start_rng", saved.epoch_start_rng);
   // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on.
   const auto k_epoch =
@@ -356,7 +353,6 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
     }
     progress.expected_batch_samples = global / k_here;
   }
-  progress.rng = RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector());
   progress.epoch_start_rng = reader.tensor("epoch_start_rng");
   return progress;
 }
@@ -383,7 +379,6 @@ void FitLoop::restore(const FitProgress& progress) {
                                     : std::string());
   }
   epoch_start_rng_ = progress.epoch_start_rng;
-  progress.rng.restore();
   state.clear_stop();
   if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);
 }

@@ -21,8 +21,8 @@
 namespace torchbus {
 
 /// Where a fit stands, as a checkpoint keeps it: the position a resume continues from, the run's
-/// end (a finished run's stop reason), the generators, and the generator state the epoch's data
-/// order was drawn from.
+/// end (a finished run's stop reason), and the generator state the epoch's data order was drawn
+/// from (the generators themselves are a section of their own).
 struct FitProgress {
   std::int64_t epoch = 0;           ///< the epoch a resume continues in
   std::int64_t step = 0;            ///< optimizer steps completed
@@ -39,11 +39,10 @@ struct FitProgress {
   /// Set when it resumes on another number of ranks: the samples a batch across every rank must
   /// hold here so that a step keeps the checkpoint's global batch.
   std::int64_t expected_batch_samples = 0;
-  RngState rng{at::Tensor(), {}};  ///< the generators
-  at::Tensor epoch_start_rng;      ///< the CPU generator when the epoch's order was drawn
+  at::Tensor epoch_start_rng;  ///< the CPU generator when the epoch's order was drawn
 };
 
-/// The position and end of the run a checkpoint holds (its generators are not read).
+/// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
 FitProgress read_fit_position(detail::CheckpointReader& reader);
 
 /// The fit's counters, as State shows them (docs/events.md): the FitLoop owns them.
@@ -78,7 +77,7 @@ class FitLoop {
   void save(torch::serialize::OutputArchive& archive, const TrainerOptions& configured) const;
   /// The progress a checkpoint holds, validated against `configured` (nothing changes yet).
   FitProgress read(detail::CheckpointReader& reader, const TrainerOptions& configured) const;
-  /// Continues from `progress` (what `read` returned): counters, generators, the run's end.
+  /// Continues from `progress` (what `read` returned): counters, the epoch's order, the run's end.
   void restore(const FitProgress& progress);
   /// Writes the counters into `state` (State::epoch, step, batch_in_epoch, global_batch,
   /// window_position).
