@@ -23,6 +23,10 @@
 //   in an autocast scope) and none/none_bf16. On a CPU without AVX-512, where torchbus refuses
 //   bf16-mixed (check_precision_supported), only the float32 variants run and the bf16 figures
 //   read n/a.
+//   resnet = ResNet-18's shape for 32x32 images at a quarter of its width (3x3 stem, four stages of
+//   two basic blocks with batch norm at 16, 32, 64, 128 channels, global average pooling, a linear
+//   classifier), random 3x32x32 inputs, batch 64, SGD lr 0.05 with momentum 0.9; its variants and
+//   options are the CNN's (--cnn-variants, --rounds-cnn, --steps-cnn, --warmup-cnn).
 // The `torchbus` spdlog logger (SimpleLogger's lines) writes to a file in the temporary directory.
 //
 // Each round runs every variant once for the same number of steps (the order rotates between
@@ -85,7 +89,8 @@ using torchbus::State;
 constexpr std::uint64_t kSeed = 1234;
 constexpr int kBatchesPerEpoch = 64;
 constexpr double kLearningRate = 0.01;
-constexpr double kCnnLearningRate = 1e-3;  // Adam
+constexpr double kCnnLearningRate = 1e-3;     // Adam
+constexpr double kResnetLearningRate = 0.05;  // SGD, momentum 0.9
 
 // ---- options ------------------------------------------------------------------------------------
 
@@ -133,7 +138,8 @@ struct Options {
       << "  --quick            --rounds-mlp32 21 --rounds-mlp784 11 --rounds-cnn 5\n"
       << "                     --epochs-mlp32 4 --epochs-mlp784 1 --steps-cnn 3\n"
       << "  --clock cpu|wall   what is timed (default: cpu with 1 thread, wall otherwise)\n"
-      << "  --models LIST      comma-separated subset of mlp32,mlp784,cnn (default: all three)\n"
+      << "  --models LIST      comma-separated subset of mlp32,mlp784,cnn,resnet (default:\n"
+      << "                     mlp32,mlp784,cnn)\n"
       << "  --no-cnn           leave the CNN out (same as --models mlp32,mlp784)\n"
       << "  --variants LIST    MLP variants: subset of hand,none,typical,logging,python (e.g. for\n"
       << "                     callgrind)\n"
@@ -220,9 +226,9 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--models") {
       options.models = split(value());
       for (const auto& model : options.models) {
-        if (model != "mlp32" && model != "mlp784" && model != "cnn") {
+        if (model != "mlp32" && model != "mlp784" && model != "cnn" && model != "resnet") {
           std::cerr << "loop_bench: unknown model '" << model
-                    << "'; expected mlp32, mlp784 or cnn\n";
+                    << "'; expected mlp32, mlp784, cnn or resnet\n";
           std::exit(2);
         }
       }
@@ -311,12 +317,13 @@ std::string configure_blas(int threads) {
 
 struct ModelSpec {
   std::string name;
-  std::int64_t inputs, hidden, classes, batch;  // the CNN's inputs are 1x28x28 (inputs = 784)
+  std::int64_t inputs, hidden, classes, batch;  // an image model's inputs: image_shape
   int epochs;                                   // per variant per round
   int rounds;                                   // measured
   int batches = kBatchesPerEpoch;               // per epoch
-  bool cnn = false;
-  bool channels_last = false;  // CNN only: parameters and inputs in channels_last
+  bool image = false;  // the CNN or the ResNet: float32 and bf16-mixed variants, --cnn-variants
+  std::vector<std::int64_t> image_shape = {};  // channels, height, width of an image model's inputs
+  bool channels_last = false;                  // image models only: parameters and inputs
 };
 
 /// The model, written as the LibTorch tutorials write a module and as python_loop.py's `Mlp`: two
@@ -354,7 +361,77 @@ struct CnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(Cnn);
 
-/// What a model trains with: the MLPs with SGD, the CNN with Adam.
+/// A ResNet basic block: two 3x3 convolutions with batch norm, and a shortcut (a strided 1x1
+/// convolution with batch norm where the shape changes), as python_loop.py's `BasicBlock`.
+struct BasicBlockImpl : torch::nn::Module {
+  BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride)
+      : conv1(register_module(
+            "conv1",
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module(
+            "conv2",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      shortcut_conv = register_module(
+          "shortcut_conv",
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      shortcut_bn = register_module("shortcut_bn", torch::nn::BatchNorm2d(out));
+    }
+  }
+  at::Tensor forward(const at::Tensor& input) {
+    auto x = torch::relu(bn1->forward(conv1->forward(input)));
+    x = bn2->forward(conv2->forward(x));
+    return torch::relu(
+        x + (shortcut_conv ? shortcut_bn->forward(shortcut_conv->forward(input)) : input));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Conv2d shortcut_conv{nullptr};
+  torch::nn::BatchNorm2d shortcut_bn{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+/// ResNet-18's shape for 32x32 images at a quarter of its width (16, 32, 64, 128 channels): a 3x3
+/// stem, four stages of two basic blocks (the last three halving the resolution), global average
+/// pooling and a linear classifier, as python_loop.py's `ResNet`.
+struct ResnetImpl : torch::nn::Module {
+  explicit ResnetImpl(const ModelSpec& spec)
+      : stem(register_module(
+            "stem", torch::nn::Conv2d(
+                        torch::nn::Conv2dOptions(3, kResnetWidths[0], 3).padding(1).bias(false)))),
+        stem_bn(register_module("stem_bn", torch::nn::BatchNorm2d(kResnetWidths[0]))),
+        fc(register_module("fc", torch::nn::Linear(kResnetWidths[3], spec.classes))) {
+    std::int64_t in = kResnetWidths[0];
+    for (std::size_t stage = 0; stage < 4; ++stage) {
+      for (int block = 0; block < 2; ++block) {
+        const std::int64_t stride = stage > 0 && block == 0 ? 2 : 1;
+        blocks.push_back(
+            register_module("block" + std::to_string(stage) + "_" + std::to_string(block),
+                            BasicBlock(in, kResnetWidths[stage], stride)));
+        in = kResnetWidths[stage];
+      }
+    }
+  }
+  at::Tensor forward(const at::Tensor& input) {
+    auto x = torch::relu(stem_bn->forward(stem->forward(input)));
+    for (auto& block : blocks) x = block->forward(x);
+    return fc->forward(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1));
+  }
+  static constexpr std::int64_t kResnetWidths[4] = {16, 32, 64, 128};
+  torch::nn::Conv2d stem;
+  torch::nn::BatchNorm2d stem_bn;
+  std::vector<BasicBlock> blocks;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Resnet);
+
+/// What a model trains with: the MLPs with SGD, the CNN with Adam, the ResNet with SGD and
+/// momentum.
 struct MlpSetup {
   using Net = Mlp;
   using Optimizer = torch::optim::SGD;
@@ -364,6 +441,13 @@ struct CnnSetup {
   using Net = Cnn;
   using Optimizer = torch::optim::Adam;
   static torch::optim::AdamOptions options() { return torch::optim::AdamOptions(kCnnLearningRate); }
+};
+struct ResnetSetup {
+  using Net = Resnet;
+  using Optimizer = torch::optim::SGD;
+  static torch::optim::SGDOptions options() {
+    return torch::optim::SGDOptions(kResnetLearningRate).momentum(0.9);
+  }
 };
 
 template <typename Net>
@@ -391,8 +475,13 @@ std::vector<Batch> make_batches(const ModelSpec& spec) {
   std::vector<Batch> batches;
   batches.reserve(static_cast<std::size_t>(spec.batches));
   for (int i = 0; i < spec.batches; ++i) {
-    auto data = spec.cnn ? at::randn({spec.batch, 1, 28, 28}, generator)
-                         : at::randn({spec.batch, spec.inputs}, generator);
+    std::vector<std::int64_t> shape{spec.batch};
+    if (spec.image) {
+      shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
+    } else {
+      shape.push_back(spec.inputs);
+    }
+    auto data = at::randn(shape, generator);
     if (spec.channels_last) data = data.contiguous(at::MemoryFormat::ChannelsLast);
     auto target = at::randint(0, spec.classes, {spec.batch}, generator, at::kLong);
     batches.emplace_back(std::move(data), std::move(target));
@@ -788,6 +877,32 @@ class LogDirectory {
   bool owned_ = false;
 };
 
+/// The CNN's or the ResNet's C++ variants (--cnn-variants), each in float32 and, where this CPU
+/// runs it, bf16-mixed.
+template <typename Setup>
+void add_image_variants(const ModelSpec& spec, std::vector<Batch>& batches,
+                        std::map<std::string, std::unique_ptr<Variant>>& variants,
+                        const fs::path& log_dir, const Options& options, bool bf16_runs) {
+  const auto wanted = [&](const char* variant) {
+    return std::find(options.cnn_variants.begin(), options.cnn_variants.end(), variant) !=
+           options.cnn_variants.end();
+  };
+  if (wanted("hand")) {
+    variants["hand"] = std::make_unique<HandLoop<Setup>>(spec, batches);
+    if (bf16_runs) variants["hand_bf16"] = std::make_unique<HandLoop<Setup>>(spec, batches, true);
+  }
+  for (const auto& [name, subscribers] :
+       {std::pair("none", Subscribers::None), std::pair("typical", Subscribers::Typical)}) {
+    if (!wanted(name)) continue;
+    variants[name] = std::make_unique<TrainerLoop<Setup>>(spec, batches, subscribers, log_dir,
+                                                          options.zero_grad);
+    if (bf16_runs) {
+      variants[std::string(name) + kBF16Suffix] = std::make_unique<TrainerLoop<Setup>>(
+          spec, batches, subscribers, log_dir, options.zero_grad, torchbus::Precision::BF16Mixed);
+    }
+  }
+}
+
 int run(const Options& options) {
   torch::set_num_threads(options.threads);
   const std::string blas = configure_blas(options.blas_threads);
@@ -799,12 +914,15 @@ int run(const Options& options) {
       specs.push_back({"mlp32", 32, 64, 10, 32, options.epochs_mlp32, options.rounds_mlp32});
     if (model == "mlp784")
       specs.push_back({"mlp784", 784, 256, 10, 64, options.epochs_mlp784, options.rounds_mlp784});
-    if (model == "cnn") {
-      ModelSpec cnn{"cnn", 784, 9216, 10, 128, 1, options.rounds_cnn};
-      cnn.batches = options.steps_cnn;
-      cnn.cnn = true;
-      cnn.channels_last = options.channels_last;
-      specs.push_back(cnn);
+    if (model == "cnn" || model == "resnet") {
+      // The CNN: batch 128 of 1x28x28; the ResNet: batch 64 of 3x32x32.
+      ModelSpec image{model, 0, 0, 10, model == "cnn" ? 128 : 64, 1, options.rounds_cnn};
+      image.batches = options.steps_cnn;
+      image.image = true;
+      image.image_shape = model == "cnn" ? std::vector<std::int64_t>{1, 28, 28}
+                                         : std::vector<std::int64_t>{3, 32, 32};
+      image.channels_last = options.channels_last;
+      specs.push_back(image);
     }
   }
   const LogDirectory log_dir(options.log_dir);
@@ -816,7 +934,7 @@ int run(const Options& options) {
   const auto cnn_wanted = [&](const std::string& variant) {
     return listed(options.cnn_variants, variant);
   };
-  const bool has_cnn = listed(options.models, "cnn");
+  const bool has_image = listed(options.models, "cnn") || listed(options.models, "resnet");
   // bf16-mixed where torchbus runs it on this CPU (AVX-512); elsewhere its variants stay out.
   std::string bf16_refusal;
   try {
@@ -828,7 +946,7 @@ int run(const Options& options) {
   const bool has_mlp = listed(options.models, "mlp32") || listed(options.models, "mlp784");
   std::unique_ptr<PythonServer> python;
   if (!options.python_script.empty() &&
-      ((has_mlp && wanted("python")) || (has_cnn && cnn_wanted("python")))) {
+      ((has_mlp && wanted("python")) || (has_image && cnn_wanted("python")))) {
     try {
       python = std::make_unique<PythonServer>(options.python_exe, options.python_script,
                                               options.threads, options.blas_threads,
@@ -855,7 +973,7 @@ int run(const Options& options) {
                       : ", Python process: " + python->malloc_settings() + " (DIFFERENT)");
   }
   std::cout << '\n';
-  if (has_cnn && !bf16_runs) {
+  if (has_image && !bf16_runs) {
     std::cout << "bf16-mixed: not measured (its figures read n/a): " << bf16_refusal << '\n';
   }
 
@@ -871,7 +989,7 @@ int run(const Options& options) {
     std::vector<std::string> order;
     // Variants that must end the warm-up with the same weights (same arithmetic).
     std::vector<std::vector<std::string>> same_arithmetic;
-    if (!spec.cnn) {
+    if (!spec.image) {
       variants["hand"] = std::make_unique<HandLoop<MlpSetup>>(spec, batches);
       variants["none"] = std::make_unique<TrainerLoop<MlpSetup>>(spec, batches, Subscribers::None,
                                                                  log_dir.path(), options.zero_grad);
@@ -885,30 +1003,14 @@ int run(const Options& options) {
       same_arithmetic.push_back(order);
       if (python && wanted("python")) order.emplace_back("python");
     } else {
-      const auto bf16 = torchbus::Precision::BF16Mixed;
+      if (spec.name == "cnn") {
+        add_image_variants<CnnSetup>(spec, batches, variants, log_dir.path(), options, bf16_runs);
+      } else {
+        add_image_variants<ResnetSetup>(spec, batches, variants, log_dir.path(), options,
+                                        bf16_runs);
+      }
       std::vector<std::string> float32_group;
       std::vector<std::string> bf16_group;
-      if (cnn_wanted("hand")) {
-        variants["hand"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches);
-        if (bf16_runs)
-          variants["hand_bf16"] = std::make_unique<HandLoop<CnnSetup>>(spec, batches, true);
-      }
-      if (cnn_wanted("none")) {
-        variants["none"] = std::make_unique<TrainerLoop<CnnSetup>>(
-            spec, batches, Subscribers::None, log_dir.path(), options.zero_grad);
-        if (bf16_runs) {
-          variants["none_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
-              spec, batches, Subscribers::None, log_dir.path(), options.zero_grad, bf16);
-        }
-      }
-      if (cnn_wanted("typical")) {
-        variants["typical"] = std::make_unique<TrainerLoop<CnnSetup>>(
-            spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad);
-        if (bf16_runs) {
-          variants["typical_bf16"] = std::make_unique<TrainerLoop<CnnSetup>>(
-              spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad, bf16);
-        }
-      }
       for (const auto* name : {"hand", "none", "typical"}) {
         if (!cnn_wanted(name)) continue;
         order.emplace_back(name);
@@ -929,8 +1031,11 @@ int run(const Options& options) {
       return 2;
     }
 
-    if (spec.cnn) {
-      std::cout << "cnn: conv 32, conv 64, max-pool, 9216-128-10, batch " << spec.batch << ", Adam"
+    if (spec.image) {
+      std::cout << (spec.name == "cnn"
+                        ? "cnn: conv 32, conv 64, max-pool, 9216-128-10, batch 128, Adam"
+                        : "resnet: ResNet-18 shape at widths 16-32-64-128, 3x32x32, batch 64, "
+                          "SGD with momentum")
                 << (spec.channels_last ? ", channels_last" : "") << ", "
                 << spec.epochs * spec.batches << " steps per variant per round, " << spec.rounds
                 << " rounds" << std::endl;
@@ -939,7 +1044,7 @@ int run(const Options& options) {
                 << ", batch " << spec.batch << ", " << spec.epochs * spec.batches
                 << " steps per variant per round, " << spec.rounds << " rounds" << std::endl;
     }
-    const int warmup = spec.cnn ? options.warmup_cnn : options.warmup_rounds;
+    const int warmup = spec.image ? options.warmup_cnn : options.warmup_rounds;
     for (int round = -warmup; round < spec.rounds; ++round) {
       // Rotate the order so that no variant always runs first (or right after Python).
       const auto shift = static_cast<std::ptrdiff_t>(std::max(round, 0)) %
@@ -977,7 +1082,7 @@ int run(const Options& options) {
           }
         }
         // SimpleLogger logs every 50 steps: the CNN's short rounds do not reach a log line.
-        if (!spec.cnn && (listed(order, "typical") || listed(order, "logging")) &&
+        if (!spec.image && (listed(order, "typical") || listed(order, "logging")) &&
             log_dir.log_lines() == 0) {
           std::cerr << "loop_bench: SimpleLogger wrote nothing to "
                     << (log_dir.path() / "torchbus.log").string() << '\n';
@@ -1030,10 +1135,10 @@ int run(const Options& options) {
               cpu_clock ? "cpu us/st" : "wall us/st", "min", "max", "vs hand", "paired",
               cpu_clock ? "wall us/st" : "cpu us/st", "faults/st");
   for (const auto& spec : specs) {
-    for (const auto& variant : spec.cnn ? kCnnVariants : kVariants) {
+    for (const auto& variant : spec.image ? kCnnVariants : kVariants) {
       const auto& runs = times[spec.name][variant];
       if (runs.empty()) continue;
-      const std::string base = spec.cnn && is_bf16(variant) ? "hand" + kBF16Suffix : "hand";
+      const std::string base = spec.image && is_bf16(variant) ? "hand" + kBF16Suffix : "hand";
       // "-" where the base did not run.
       const auto cell = [](double value) { return std::isnan(value) ? "-" : fixed(value, 3); };
       std::printf("%-7s %-40s %10.2f %9.2f %9.2f %8s %8s %10.2f %9.1f\n", spec.name.c_str(),
@@ -1058,19 +1163,21 @@ int run(const Options& options) {
   const auto bf16_figure = [&](double value, int digits) {
     return bf16_runs ? fixed(value, digits) : std::string("n/a");
   };
-  if (has_cnn) {
-    std::cout << "cnn (paired): bf16 speed-up torchbus "
-              << bf16_figure(paired("cnn", "typical", "typical_bf16"), 3) << ", Python "
-              << bf16_figure(paired("cnn", "python", "python_bf16"), 3)
-              << "; Python / torchbus: float32 " << fixed(paired("cnn", "python", "typical"), 3)
-              << ", bf16 " << bf16_figure(paired("cnn", "python_bf16", "typical_bf16"), 3) << '\n';
+  for (const auto& spec : specs) {
+    if (!spec.image) continue;
+    const auto& name = spec.name;
+    std::cout << name << " (paired): bf16 speed-up torchbus "
+              << bf16_figure(paired(name, "typical", "typical_bf16"), 3) << ", Python "
+              << bf16_figure(paired(name, "python", "python_bf16"), 3)
+              << "; Python / torchbus: float32 " << fixed(paired(name, "python", "typical"), 3)
+              << ", bf16 " << bf16_figure(paired(name, "python_bf16", "typical_bf16"), 3) << '\n';
   }
   std::cout << '\n';
 
   // Machine-readable lines.
   for (const auto& variant : kVariants) {
     for (const auto& spec : specs) {
-      if (spec.cnn) continue;
+      if (spec.image) continue;
       std::cout << "us_per_step_" << variant << '_' << spec.name << '='
                 << fixed(us(spec.name, variant), 3) << '\n';
     }
@@ -1095,23 +1202,26 @@ int run(const Options& options) {
             << '\n'
             << "overhead_us_per_step_none_mlp32=" << fixed(us("mlp32", "none") - hand, 3) << '\n'
             << "overhead_us_per_step_typical_mlp32=" << fixed(typical - hand, 3) << '\n';
-  if (has_cnn) {
+  for (const auto& spec : specs) {
+    if (!spec.image) continue;
+    const auto& name = spec.name;
     // The four variants always (nan when not run), the others when they ran.
     for (const auto& variant : kCnnVariants) {
       const bool headline = variant.rfind("typical", 0) == 0 || variant.rfind("python", 0) == 0;
-      if (!headline && times["cnn"][variant].empty()) continue;
-      std::cout << "us_per_step_" << variant << "_cnn="
-                << (is_bf16(variant) ? bf16_figure(us("cnn", variant), 3)
-                                     : fixed(us("cnn", variant), 3))
+      if (!headline && times[name][variant].empty()) continue;
+      std::cout << "us_per_step_" << variant << '_' << name << '='
+                << (is_bf16(variant) ? bf16_figure(us(name, variant), 3)
+                                     : fixed(us(name, variant), 3))
                 << '\n';
     }
-    std::cout << "bf16_speedup_cnn=" << bf16_figure(paired("cnn", "typical", "typical_bf16"), 4)
-              << '\n'
-              << "python_bf16_speedup_cnn="
-              << bf16_figure(paired("cnn", "python", "python_bf16"), 4) << '\n'
-              << "python_over_torchbus_cnn=" << fixed(paired("cnn", "python", "typical"), 4) << '\n'
-              << "python_over_torchbus_cnn_bf16="
-              << bf16_figure(paired("cnn", "python_bf16", "typical_bf16"), 4) << '\n';
+    std::cout << "bf16_speedup_" << name << '='
+              << bf16_figure(paired(name, "typical", "typical_bf16"), 4) << '\n'
+              << "python_bf16_speedup_" << name << '='
+              << bf16_figure(paired(name, "python", "python_bf16"), 4) << '\n'
+              << "python_over_torchbus_" << name << '='
+              << fixed(paired(name, "python", "typical"), 4) << '\n'
+              << "python_over_torchbus_" << name
+              << "_bf16=" << bf16_figure(paired(name, "python_bf16", "typical_bf16"), 4) << '\n';
   }
   std::cout << "loop_clock=" << options.clock << '\n'
             << "same_weights="

@@ -9,6 +9,10 @@ cross-entropy, the same intra-op and OpenBLAS thread counts:
           flatten Linear(9216,128) ReLU Linear(128,10)), random 1x28x28 inputs, batch 128,
           Adam lr 1e-3, --steps-cnn batches per epoch; in float32 (`cnn`) and with forward and loss
           under torch.autocast("cpu", dtype=torch.bfloat16) (`cnn_bf16`, its own model copy)
+  resnet  ResNet-18's shape for 32x32 images at a quarter of its width (3x3 stem, four stages of
+          two basic blocks with batch norm at 16, 32, 64, 128 channels, global average pooling,
+          Linear(128,10)), random 3x32x32 inputs, batch 64, SGD lr 0.05 momentum 0.9, --steps-cnn
+          batches per epoch; `resnet` and `resnet_bf16` as the CNN's
 Two modes:
 
   python_loop.py [--threads N] [--blas-threads M] [--rounds R] [--epochs-mlp32 E]
@@ -20,7 +24,7 @@ Two modes:
       driven by torchbus_loop_bench over stdin/stdout so that Python runs interleaved with the
       C++ variants: first prints "ready GLIBC_TUNABLES=<value, - when unset>" (the allocator
       settings it runs under, which the driver compares with its own), then reads
-      "run <model> <epochs>" lines (model: mlp32, mlp784, cnn, cnn_bf16), answers
+      "run <model> <epochs>" lines (model: mlp32, mlp784, cnn, cnn_bf16, resnet, resnet_bf16), answers
       "<wall seconds> <thread CPU seconds> <steps> <minor page faults of the thread>", stops on
       "quit" or end of input.
 
@@ -52,8 +56,11 @@ MODELS = {
 CNN_BATCH = 128
 CNN_CLASSES = 10
 CNN_LEARNING_RATE = 1e-3
-# Workloads of the CNN: name -> bfloat16 autocast around forward and loss
-CNN_WORKLOADS = {"cnn": False, "cnn_bf16": True}
+RESNET_BATCH = 64
+RESNET_LEARNING_RATE = 0.05
+RESNET_WIDTHS = (16, 32, 64, 128)
+# Workloads of the image models: name -> bfloat16 autocast around forward and loss
+CNN_WORKLOADS = {"cnn": False, "cnn_bf16": True, "resnet": False, "resnet_bf16": True}
 
 
 def set_blas_threads(threads):
@@ -113,6 +120,48 @@ class Cnn(torch.nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class BasicBlock(torch.nn.Module):
+    """loop_bench.cpp's `BasicBlock`: two 3x3 convolutions with batch norm and a shortcut."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.shortcut_conv = None
+        if stride != 1 or cin != cout:
+            self.shortcut_conv = torch.nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+            self.shortcut_bn = torch.nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        shortcut = x if self.shortcut_conv is None else self.shortcut_bn(self.shortcut_conv(x))
+        return F.relu(y + shortcut)
+
+
+class ResNet(torch.nn.Module):
+    """loop_bench.cpp's `Resnet`: ResNet-18's shape for 32x32 images at a quarter of its width."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, RESNET_WIDTHS[0], 3, padding=1, bias=False)
+        self.stem_bn = torch.nn.BatchNorm2d(RESNET_WIDTHS[0])
+        blocks = []
+        cin = RESNET_WIDTHS[0]
+        for stage, width in enumerate(RESNET_WIDTHS):
+            for block in range(2):
+                blocks.append(BasicBlock(cin, width, 2 if stage > 0 and block == 0 else 1))
+                cin = width
+        self.blocks = torch.nn.Sequential(*blocks)
+        self.fc = torch.nn.Linear(RESNET_WIDTHS[-1], CNN_CLASSES)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.stem_bn(self.stem(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class Workload:
     def __init__(self, name, cnn_batches=4, channels_last=False):
         torch.manual_seed(SEED)
@@ -120,11 +169,17 @@ class Workload:
         if name in CNN_WORKLOADS:
             self.bf16 = CNN_WORKLOADS[name]
             memory_format = torch.channels_last if channels_last else torch.contiguous_format
-            self.model = Cnn().to(memory_format=memory_format)
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=CNN_LEARNING_RATE)
-            self.batches = make_batches(
-                (CNN_BATCH, 1, 28, 28), CNN_CLASSES, cnn_batches, SEED, memory_format
-            )
+            if name.startswith("resnet"):
+                self.model = ResNet().to(memory_format=memory_format)
+                self.optimizer = torch.optim.SGD(
+                    self.model.parameters(), lr=RESNET_LEARNING_RATE, momentum=0.9
+                )
+                shape = (RESNET_BATCH, 3, 32, 32)
+            else:
+                self.model = Cnn().to(memory_format=memory_format)
+                self.optimizer = torch.optim.Adam(self.model.parameters(), lr=CNN_LEARNING_RATE)
+                shape = (CNN_BATCH, 1, 28, 28)
+            self.batches = make_batches(shape, CNN_CLASSES, cnn_batches, SEED, memory_format)
         else:
             inputs, hidden, classes, batch = MODELS[name]
             self.model = Mlp(inputs, hidden, classes)
@@ -206,10 +261,11 @@ def main():
         return
 
     clock = args.clock or ("cpu" if args.threads == 1 and blas_threads == 1 else "wall")
-    epochs = {"mlp32": args.epochs_mlp32, "mlp784": args.epochs_mlp784, "cnn": 1, "cnn_bf16": 1}
+    epochs = {"mlp32": args.epochs_mlp32, "mlp784": args.epochs_mlp784}
+    epochs.update({name: 1 for name in CNN_WORKLOADS})
     names = []
     for model in args.models.split(","):
-        names += list(CNN_WORKLOADS) if model == "cnn" else [model]
+        names += [model, f"{model}_bf16"] if model in ("cnn", "resnet") else [model]
     workloads = {name: make_workload(name) for name in names}
     for name, workload in workloads.items():  # warm-up
         workload.run(epochs[name])
@@ -219,7 +275,7 @@ def main():
             wall, cpu, steps, _ = workload.run(epochs[name])
             per_step[name].append((cpu if clock == "cpu" else wall) / steps * 1e6)
     for name in workloads:
-        label = "python_bf16_cnn" if name == "cnn_bf16" else f"python_{name}"
+        label = f"python_bf16_{name[:-5]}" if name.endswith("_bf16") else f"python_{name}"
         print(f"us_per_step_{label}={statistics.median(per_step[name]):.3f}")
 
 
