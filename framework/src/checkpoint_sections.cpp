@@ -14,6 +14,9 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace torchbus {
 
@@ -122,15 +125,17 @@ CheckpointSection model_section(torch::nn::Module& module) {
             save_model(archive, module, capture.copies);
           },
           [&module](CheckpointReader& reader) -> CheckpointSection::Apply {
-            auto parameters = read_named_tensors(reader, "parameters");
-            auto buffers = read_named_tensors(reader, "buffers");
-            auto current_parameters = collect(module.named_parameters());
-            auto current_buffers = collect(module.named_buffers());
-            validate_tensors(reader, "parameter", parameters, current_parameters);
-            validate_tensors(reader, "buffer", buffers, current_buffers);
-            return [=] {
-              copy_into(parameters, current_parameters);
-              copy_into(buffers, current_buffers);
+            std::vector<std::pair<NamedTensors, NamedTensors>> kinds;  // stored, the model's
+            for (const auto& [key, kind, items] :
+                 {std::tuple("parameters", "parameter", module.named_parameters()),
+                  std::tuple("buffers", "buffer", module.named_buffers())}) {
+              auto stored = read_named_tensors(reader, key);
+              auto current = collect(items);
+              validate_tensors(reader, kind, stored, current);
+              kinds.emplace_back(std::move(stored), std::move(current));
+            }
+            return [kinds] {
+              for (const auto& [stored, current] : kinds) copy_into(stored, current);
             };
           }};
 }
