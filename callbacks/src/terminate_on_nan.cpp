@@ -65,17 +65,25 @@ TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options)
 void TerminateOnNaN::on_action_start(State& state) {
   parameters_.clear();
   in_flight_.clear();
+  flags_.clear();
+  checks_.clear();
   if (options_.check_gradients() && state.model != nullptr) {
     parameters_ = state.model->parameters();
   }
 }
 
-void TerminateOnNaN::on_step_start(State& /*state*/) {
-  flags_.clear();
-  checks_.clear();
+void TerminateOnNaN::forget_earlier_steps(const State& state) noexcept {
+  // Left over only when a step ended without its BeforeOptimizerStep (cancelled, skipped); the
+  // flags read there are cleared there, so what is left holds tensor checks, oldest first.
+  const auto window_start = state.global_batch - state.window_position;
+  if (!checks_.empty() && checks_.front().global_batch < window_start) {
+    flags_.clear();
+    checks_.clear();
+  }
 }
 
 void TerminateOnNaN::on_after_backward(State& state) {
+  forget_earlier_steps(state);
   const auto& names = options_.tensors();
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto* tensor = find_step_tensor(state, names[i]);

@@ -104,6 +104,34 @@ BOOST_AUTO_TEST_CASE(nan_in_any_batch_of_a_window_skips_the_whole_step) {
   BOOST_TEST(contains(trainer.state().stop_reason(), "step 1"));
 }
 
+BOOST_AUTO_TEST_CASE(a_step_skipped_before_its_flags_are_read_leaves_none_to_later_steps) {
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  int calls = 0;
+  Trainer trainer(model, sgd, nan_at_call(2, &calls),
+                  TrainerOptions().max_epochs(1).use_registered_subscriptions(false));
+  auto callback = std::make_shared<TerminateOnNaN>();
+  trainer.add(callback);
+  // A subscriber that skips the NaN batch's update: BeforeOptimizerStep does not fire, so
+  // TerminateOnNaN's flag of batch 2 is never read at its own step.
+  trainer.on(Event::AfterBackward,
+             [](State& state) {
+               if (state.global_batch == 2) state.skip_update = true;
+             },
+             Placement().after("terminate_on_nan"));
+  std::vector<bool> skipped;
+  trainer.on(Event::StepEnd, [&](State& state) { skipped.push_back(state.update_skipped); });
+
+  auto batches = make_batches(5, 4);
+  trainer.fit(batches);
+
+  BOOST_TEST(!callback->triggered());
+  BOOST_TEST(!trainer.state().stop_requested());
+  BOOST_TEST(skipped == (std::vector<bool>{false, false, true, false, false}),
+             boost::test_tools::per_element());
+  BOOST_TEST(trainer.state().step == 4);
+}
+
 BOOST_AUTO_TEST_CASE(finite_run_is_untouched) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));

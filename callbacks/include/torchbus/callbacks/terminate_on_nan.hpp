@@ -57,9 +57,9 @@ class TerminateOnNaN : public Callback {
 
   /// Caches the model's parameters (when checking gradients).
   void on_action_start(State& state) override;
-  /// Forgets the flags of an interrupted step.
-  void on_step_start(State& state) override;
-  /// Records, without a sync, whether each configured tensor of the batch is finite.
+  /// Records, without a sync, whether each configured tensor of the batch is finite; first forgets
+  /// the flags of an earlier step that ended without reading them (cancelled or skipped), so it
+  /// needs no StepStart hook.
   void on_after_backward(State& state) override;
   /// Reads the step's flags (on a GPU: those of earlier steps that have reached the host); on a
   /// non-finite value skips the update and stops.
@@ -95,6 +95,8 @@ class TerminateOnNaN : public Callback {
   /// Reads the in-flight flags that have reached the host (all of them, waiting, with `wait`);
   /// returns whether one was not finite (then it has reported it).
   bool read_in_flight(State& state, bool wait);
+  /// Forgets flags of batches before the current step's window.
+  void forget_earlier_steps(const State& state) noexcept;
   /// Sends this step's flags on `device` to the host without waiting for them.
   void send_to_host(const at::Tensor& flags, const State& state);
 
