@@ -54,6 +54,8 @@
 #include <torchbus/precision.hpp>
 #include <torchbus/torchbus.hpp>
 
+#include "small_resnet.hpp"
+
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -361,74 +363,11 @@ struct CnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(Cnn);
 
-/// A ResNet basic block: two 3x3 convolutions with batch norm, and a shortcut (a strided 1x1
-/// convolution with batch norm where the shape changes), as python_loop.py's `BasicBlock`.
-struct BasicBlockImpl : torch::nn::Module {
-  BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride)
-      : conv1(register_module(
-            "conv1",
-            torch::nn::Conv2d(
-                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2(register_module(
-            "conv2",
-            torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
-    if (stride != 1 || in != out) {
-      shortcut_conv = register_module(
-          "shortcut_conv",
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
-      shortcut_bn = register_module("shortcut_bn", torch::nn::BatchNorm2d(out));
-    }
-  }
-  at::Tensor forward(const at::Tensor& input) {
-    auto x = torch::relu(bn1->forward(conv1->forward(input)));
-    x = bn2->forward(conv2->forward(x));
-    return torch::relu(
-        x + (shortcut_conv ? shortcut_bn->forward(shortcut_conv->forward(input)) : input));
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
-  torch::nn::Conv2d shortcut_conv{nullptr};
-  torch::nn::BatchNorm2d shortcut_bn{nullptr};
+/// The distributed example's SmallResnet (examples/small_resnet.hpp), built from a ModelSpec as
+/// the other models are.
+struct Resnet : SmallResnet {
+  explicit Resnet(const ModelSpec& spec) : SmallResnet(spec.classes) {}
 };
-TORCH_MODULE(BasicBlock);
-
-/// ResNet-18's shape for 32x32 images at a quarter of its width (16, 32, 64, 128 channels): a 3x3
-/// stem, four stages of two basic blocks (the last three halving the resolution), global average
-/// pooling and a linear classifier, as python_loop.py's `ResNet`.
-struct ResnetImpl : torch::nn::Module {
-  explicit ResnetImpl(const ModelSpec& spec)
-      : stem(register_module(
-            "stem", torch::nn::Conv2d(
-                        torch::nn::Conv2dOptions(3, kResnetWidths[0], 3).padding(1).bias(false)))),
-        stem_bn(register_module("stem_bn", torch::nn::BatchNorm2d(kResnetWidths[0]))),
-        fc(register_module("fc", torch::nn::Linear(kResnetWidths[3], spec.classes))) {
-    std::int64_t in = kResnetWidths[0];
-    for (std::size_t stage = 0; stage < 4; ++stage) {
-      for (int block = 0; block < 2; ++block) {
-        const std::int64_t stride = stage > 0 && block == 0 ? 2 : 1;
-        blocks.push_back(
-            register_module("block" + std::to_string(stage) + "_" + std::to_string(block),
-                            BasicBlock(in, kResnetWidths[stage], stride)));
-        in = kResnetWidths[stage];
-      }
-    }
-  }
-  at::Tensor forward(const at::Tensor& input) {
-    auto x = torch::relu(stem_bn->forward(stem->forward(input)));
-    for (auto& block : blocks) x = block->forward(x);
-    return fc->forward(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1));
-  }
-  static constexpr std::int64_t kResnetWidths[4] = {16, 32, 64, 128};
-  torch::nn::Conv2d stem;
-  torch::nn::BatchNorm2d stem_bn;
-  std::vector<BasicBlock> blocks;
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(Resnet);
 
 /// What a model trains with: the MLPs with SGD, the CNN with Adam, the ResNet with SGD and
 /// momentum.

@@ -9,6 +9,7 @@ a launcher:
     /usr/bin/python3 benchmarks/python_ddp.py --model mlp --steps 300 --warmup 20
     mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 \
         /usr/bin/python3 benchmarks/python_ddp.py --model cnn --steps 20 --warmup 3
+    (--model resnet: python_loop.py's ResNet, the example's small_resnet.hpp, on 3x32x32 images)
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 python_ddp.py ... &
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 python_ddp.py ...
 
@@ -25,6 +26,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from python_loop import ResNet  # examples/small_resnet.hpp's module
+
 SAMPLES = 4096  # the example's data set size
 BATCH = 64  # per rank
 
@@ -35,6 +38,8 @@ def make_model(name):
         return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(),
                              nn.Linear(128, 10))
+    if name == "resnet":
+        return nn.Sequential(ResNet())
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
@@ -49,7 +54,7 @@ def launch_environment():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "cnn", "resnet"), default="mlp")
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps timed")
     parser.add_argument("--warmup", type=int, default=0, help="steps run before the clock starts")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
@@ -64,7 +69,8 @@ def main():
 
     # The example's data: 4096 samples, the same on every rank, targets learnable from the input.
     torch.manual_seed(0)
-    shape = (SAMPLES, 1, 28, 28) if args.model == "cnn" else (SAMPLES, 784)
+    sample_shapes = {"mlp": (784,), "cnn": (1, 28, 28), "resnet": (3, 32, 32)}
+    shape = (SAMPLES,) + sample_shapes[args.model]
     inputs = torch.randn(shape)
     targets = inputs.flatten(1)[:, :10].argmax(1)
 
@@ -73,7 +79,7 @@ def main():
     if world > 1:
         # Defaults as a user gets them: 25 MB buckets, all-reduce overlapped with the backward.
         model = nn.parallel.DistributedDataParallel(model)
-    lr = 0.01 if args.model == "cnn" else 0.05
+    lr = 0.01 if args.model == "cnn" else 0.05  # the ResNet's as the MLP's
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
     # Each rank reads its shard of a new permutation every epoch, as DistributedSampler does in

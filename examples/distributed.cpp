@@ -3,10 +3,12 @@
 //   mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 ./example_distributed
 //   torchrun --nproc_per_node 2 ./example_distributed   (or set RANK, WORLD_SIZE, MASTER_*
 //   yourself)
-// Arguments: [steps] [--model mlp|cnn] [--warmup W] [--log-every N]
+// Arguments: [steps] [--model mlp|cnn|resnet] [--warmup W] [--log-every N]
 //   steps        optimizer steps to time (default 60)
 //   --model      mlp: 784-256-10 (default); cnn: the MNIST CNN (two 3x3 convolutions with 32 and
-//                64 channels, max-pool 2, 9216-128-10, no dropout) on inputs of MNIST's shape
+//                64 channels, max-pool 2, 9216-128-10, no dropout) on inputs of MNIST's shape;
+//                resnet: ResNet-18's shape at a quarter of its width (small_resnet.hpp) on
+//                3x32x32 images
 //   --warmup W   run W more steps first and leave them out of samples_per_second (default 0)
 //   --log-every  print the loss every N steps (default 20; 0: never, as benchmarks/run does)
 // Rank 0 prints samples_per_second: 64 samples per rank and step over the timed steps.
@@ -14,20 +16,24 @@
 #include <torch/torch.h>
 #include <torchbus/torchbus.hpp>
 
+#include "small_resnet.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
-/// 4096 samples of a learnable 10-class problem (the same on every rank): 784 features for the
-/// MLP, 1x28x28 images for the CNN. A batch is one indexing of the data tensors, not 64 samples
-/// fetched and stacked one by one.
+/// 4096 samples of a learnable 10-class problem (the same on every rank) of one sample's
+/// `shape`: 784 features for the MLP, 1x28x28 images for the CNN, 3x32x32 for the ResNet. A batch
+/// is one indexing of the data tensors, not 64 samples fetched and stacked one by one.
 class Synthetic : public torch::data::datasets::BatchDataset<Synthetic, torch::data::Example<>> {
  public:
-  explicit Synthetic(bool images) {
+  explicit Synthetic(std::vector<std::int64_t> shape) {
     torch::manual_seed(0);
-    inputs_ = images ? torch::randn({4096, 1, 28, 28}) : torch::randn({4096, 784});
+    shape.insert(shape.begin(), 4096);
+    inputs_ = torch::randn(shape);
     targets_ = inputs_.flatten(1).narrow(1, 0, 10).argmax(1);
   }
   torch::data::Example<> get_batch(c10::ArrayRef<std::size_t> indices) override {
@@ -45,7 +51,7 @@ struct Options {
   std::int64_t steps = 60;
   std::int64_t warmup = 0;
   std::int64_t log_every = 20;
-  bool cnn = false;
+  std::string model = "mlp";
 };
 
 /// Trains the model for warmup + steps optimizer steps on this process's rank of the launcher's
@@ -54,15 +60,22 @@ void train(const Options& options) {
   namespace nn = torch::nn;
   auto group = torchbus::ProcessGroup::from_environment();  // a world of one without a launcher
   nn::Sequential model;
-  if (options.cnn) {
+  std::vector<std::int64_t> sample_shape;
+  double lr = 0.05;
+  if (options.model == "cnn") {
     model = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3)), nn::ReLU(),
                            nn::Conv2d(nn::Conv2dOptions(32, 64, 3)), nn::ReLU(), nn::MaxPool2d(2),
                            nn::Flatten(), nn::Linear(9216, 128), nn::ReLU(), nn::Linear(128, 10));
+    sample_shape = {1, 28, 28};
+    lr = 0.01;
+  } else if (options.model == "resnet") {
+    model = nn::Sequential(SmallResnet(10));
+    sample_shape = {3, 32, 32};
   } else {
     model = nn::Sequential(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
+    sample_shape = {784};
   }
-  torch::optim::SGD optimizer(model->parameters(),
-                              torch::optim::SGDOptions(options.cnn ? 0.01 : 0.05).momentum(0.9));
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   const std::int64_t last_step = options.warmup + options.steps;
   torchbus::Trainer trainer(
       model, optimizer,
@@ -95,7 +108,7 @@ void train(const Options& options) {
   });
 
   // Each rank reads its own shard; 64 samples per rank and step.
-  auto loader = torch::data::make_data_loader(Synthetic(options.cnn),
+  auto loader = torch::data::make_data_loader(Synthetic(sample_shape),
                                               torchbus::DistributedSampler(4096, group.get()),
                                               torch::data::DataLoaderOptions(64));
   start = std::chrono::steady_clock::now();
@@ -110,7 +123,7 @@ void train(const Options& options) {
 }
 
 constexpr const char* kUsage =
-    "arguments: [steps] [--model mlp|cnn] [--warmup W] [--log-every N] (see the top of "
+    "arguments: [steps] [--model mlp|cnn|resnet] [--warmup W] [--log-every N] (see the top of "
     "examples/distributed.cpp)";
 
 /// Reads the arguments above; throws std::invalid_argument with a message on bad ones.
@@ -136,10 +149,9 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--model") {
-      const std::string model = value();
-      if (model != "mlp" && model != "cnn")
-        throw std::invalid_argument("--model is mlp or cnn, got '" + model + "'");
-      options.cnn = model == "cnn";
+      options.model = value();
+      if (options.model != "mlp" && options.model != "cnn" && options.model != "resnet")
+        throw std::invalid_argument("--model is mlp, cnn or resnet, got '" + options.model + "'");
     } else if (arg == "--warmup") {
       options.warmup = count(arg, value(), 0);
     } else if (arg == "--log-every") {
