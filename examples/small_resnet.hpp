@@ -2,9 +2,9 @@
 
 /// \file
 /// A small ResNet for 32x32 images: ResNet-18's shape at a quarter of its width. The distributed
-/// example trains it (`--model resnet`) and the loop benchmark measures it; benchmarks/python_loop.py's
-/// `ResNet` is the same module in Python (same layers in the same order, so the same
-/// initialisation under the same seed).
+/// example trains it (`--model resnet`) and the loop benchmark measures it;
+/// benchmarks/python_loop.py's `ResNet` is the same module in Python (same layers in the same
+/// order, so the same initialisation under the same seed).
 
 #include <torch/torch.h>
 

@@ -114,11 +114,12 @@ BOOST_AUTO_TEST_CASE(a_step_skipped_before_its_flags_are_read_leaves_none_to_lat
   trainer.add(callback);
   // A subscriber that skips the NaN batch's update: BeforeOptimizerStep does not fire, so
   // TerminateOnNaN's flag of batch 2 is never read at its own step.
-  trainer.on(Event::AfterBackward,
-             [](State& state) {
-               if (state.global_batch == 2) state.skip_update = true;
-             },
-             Placement().after("terminate_on_nan"));
+  trainer.on(
+      Event::AfterBackward,
+      [](State& state) {
+        if (state.global_batch == 2) state.skip_update = true;
+      },
+      Placement().after("terminate_on_nan"));
   std::vector<bool> skipped;
   trainer.on(Event::StepEnd, [&](State& state) { skipped.push_back(state.update_skipped); });
 
