@@ -396,10 +396,6 @@ void CsvLogger::reconcile(const State& state) {
 
 // ---- rows ---------------------------------------------------------------------------------------
 
-void CsvLogger::on_before_optimizer_step(State& state) {
-  lr_.capture(state);
-}
-
 void CsvLogger::on_step_end(State& state) {
   // While an exception escapes, the step did not complete: StepEnd fires only to close it.
   if (!state.error && !state.update_skipped && state.step % options_.step_freq() == 0) {

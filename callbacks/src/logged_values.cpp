@@ -77,20 +77,10 @@ bool names_optimizer_phase(const State& state, std::string_view phase) noexcept 
   return phase.empty() ? state.optimizer_phase == 0 : state.optimizer_phase_name == phase;
 }
 
-void StepLearningRate::capture(const State& state) noexcept {
-  if (!names_optimizer_phase(state, "")) return;  // several optimizers: the first's rate
-  if (state.optimizer == nullptr || state.optimizer->param_groups().empty()) return;
-  try {
-    lr_ = state.optimizer->param_groups()[0].options().get_lr();
-    step_ = state.step + 1;
-  } catch (const std::exception&) {
-    step_ = -1;  // read() warns about it
-  }
-}
-
 std::optional<double> StepLearningRate::read(const State& state, const WarningSource& source,
                                              std::string_view consequence) {
-  if (step_ == state.step) return lr_;
+  if (const auto rate = state.step_learning_rate()) return rate;
+  if (warned_) return std::nullopt;  // it could not be read: reported once, not tried again
   return learning_rate_or_warn_once(state, warned_, source, consequence);
 }
 

@@ -404,23 +404,14 @@ void RunReport::on_step_start(State& /*state*/) {
   if (options_.record_step_time()) step_start_ = Clock::now();
 }
 
-void RunReport::on_before_optimizer_step(State& state) {
-  // With several optimizers, the first phase's rate, as the loggers write it.
-  if (!options_.record_lr() || state.skip_update || warned_lr_ ||
-      !names_optimizer_phase(state, "")) {
-    return;
-  }
-  const auto lr = learning_rate_or_warn_once(state, warned_lr_, {"RunReport", *this},
-                                             "the report has no lr chart");
-  // The point of the update this step makes, as LearningRateScheduler records it.
-  if (lr) lr_.push_back(MetricPoint{state.step + 1, state.epoch, *lr});
-}
-
 void RunReport::on_step_end(State& state) {
-  if (state.update_skipped) {
-    // A subscriber after this one skipped the update: the sampled lr belongs to no step.
-    if (!lr_.empty() && lr_.back().step == state.step + 1) lr_.pop_back();
-    return;
+  if (state.update_skipped) return;
+  if (options_.record_lr()) {
+    // The point of the step's update, as LearningRateScheduler records it; with several
+    // optimizers, the first phase's rate, as the loggers write it.
+    if (const auto lr = step_lr_.read(state, {"RunReport", *this}, "the report has no lr chart")) {
+      lr_.push_back(MetricPoint{state.step, state.epoch, *lr});
+    }
   }
   if (options_.record_step_time()) {
     const std::chrono::duration<double> seconds = Clock::now() - step_start_;

@@ -49,10 +49,6 @@ void SimpleLogger::on_epoch_start(State& state) {
   mark_time_ = Clock::now();
 }
 
-void SimpleLogger::on_before_optimizer_step(State& state) {
-  lr_.capture(state);
-}
-
 void SimpleLogger::on_step_end(State& state) {
   if (state.error || state.update_skipped || state.step % options_.step_freq() != 0) return;
   log_step(state);

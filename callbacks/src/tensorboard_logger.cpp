@@ -355,10 +355,6 @@ void TensorBoardLogger::on_batch_end(State& state) {
   }
 }
 
-void TensorBoardLogger::on_before_optimizer_step(State& state) {
-  lr_.capture(state);
-}
-
 void TensorBoardLogger::on_step_end(State& state) {
   // While an exception escapes, the step did not complete: StepEnd fires only to close it.
   if (!writers_[kMainRun] || state.error || !due(state.step)) return;

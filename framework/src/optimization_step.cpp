@@ -55,6 +55,8 @@ void OptimizationStep::prepare() {
                    " has no parameter that requires a gradient; expected its optimizer to hold "
                    "the parameters it trains");
   }
+  learning_rate_step_ = -1;
+  learning_rate_unreadable_ = false;
   clear_gradients();
   enter_phase(0);
 }
@@ -73,6 +75,21 @@ void OptimizationStep::publish(State& state) const noexcept {
   const auto& phase = phase_list_[current_phase_];
   detail::StateWriter::publish_step(state, window_size_, current_phase_, phase.name(),
                                     phase.optimizer(), phases_[current_phase_].steps);
+  detail::StateWriter::publish_step_learning_rate(state, learning_rate_step_, learning_rate_);
+}
+
+// Read after the BeforeOptimizerStep subscribers and clipping, right before the optimizer step:
+// the rate the update uses, also when a subscriber changed it. Options of an optimizer outside
+// LibTorch may have no learning rate (get_lr throws): then it is not read again in this fit.
+void OptimizationStep::capture_learning_rate() {
+  const auto& groups = phase_list_.front().optimizer()->param_groups();
+  if (learning_rate_unreadable_ || groups.empty()) return;
+  try {
+    learning_rate_ = groups.front().options().get_lr();
+    learning_rate_step_ = context_.state.step + 1;  // the step this window completes
+  } catch (const std::exception&) {
+    learning_rate_unreadable_ = true;
+  }
 }
 
 std::int64_t OptimizationStep::due_batches(std::size_t index, std::int64_t first,
@@ -90,6 +107,7 @@ void OptimizationStep::begin(std::size_t batches, std::int64_t first_batch) {
   detail::StateWriter::set_skip_update(state, false);
   window_first_batch_ = first_batch;
   window_batches_run_ = 0;
+  learning_rate_step_ = -1;  // until the first phase updates in this window
   for (std::size_t i = 0; i < phases_.size(); ++i) {
     auto& run = phases_[i];
     run.window_loss.reset();
@@ -201,6 +219,7 @@ void OptimizationStep::step_phase(std::size_t index) {
   sync_.record_update(index, update);
   if (update) {
     clip_gradients(index);
+    if (index == 0) capture_learning_rate();
     context_.hooks.optimizer_step(index);
     ++run.steps;
     detail::StateWriter::set_step(state, run.window_loss);

@@ -41,7 +41,8 @@ struct OptimizationProgress {
 /// loop calls `begin`, opens StepStart, calls `run_batch` per batch and `finish`. Each phase's
 /// optimizer step runs right after its last backward of the window, before that batch's BatchEnd,
 /// so that later phases see its update; a window an epoch end cut short steps in `finish`. Owns
-/// the loss scalers (FP16Mixed) and the phases' step counts, which checkpoints keep.
+/// the loss scalers (FP16Mixed) and the phases' step counts, which checkpoints keep, and the
+/// learning rate of the first phase's last update (State::step_learning_rate).
 class OptimizationStep {
  public:
   /// `phases` (the trainer's; one for a trainer of one optimizer) must outlive the step.
@@ -82,8 +83,8 @@ class OptimizationStep {
   bool in_window() const noexcept { return in_window_; }
   /// Forgets a window an error cut short (at the start of an action).
   void reset() noexcept;
-  /// Writes the window's size and the current phase (index, name, optimizer, step count) into
-  /// `state` (the trainer does before each emission).
+  /// Writes the window's size, the current phase (index, name, optimizer, step count) and the
+  /// step's learning rate into `state` (the trainer does before each emission).
   void publish(State& state) const noexcept;
   /// Clears every phase's gradients (to zero, or to none when the options ask).
   void clear_gradients();
@@ -119,6 +120,7 @@ class OptimizationStep {
   void leave_phase() noexcept;
   void backward(const at::Tensor& loss, const std::vector<at::Tensor>* inputs);
   void clip_gradients(std::size_t index);
+  void capture_learning_rate();
   void clear_gradients(torch::optim::Optimizer& optimizer);
 
   LoopContext context_;
@@ -134,6 +136,10 @@ class OptimizationStep {
   at::Tensor backward_seed_;  // ones shaped like the loss, the gradient backward starts from
   std::int64_t backward_seed_version_ = 0;  // its version counter when it was made
   bool in_window_ = false;
+  // The first phase's learning rate at its last update, and the step that update is counted as.
+  double learning_rate_ = 0.0;
+  std::int64_t learning_rate_step_ = -1;
+  bool learning_rate_unreadable_ = false;  // its options have no learning rate: not read again
 };
 
 }  // namespace torchbus

@@ -67,6 +67,11 @@ struct StateWriter {
     state.optimizer = optimizer;
     state.optimizer_phase_step = phase_steps;
   }
+  /// The learning rate the update counted as step `step` used (`step` -1: none yet).
+  static void publish_step_learning_rate(State& state, std::int64_t step, double rate) noexcept {
+    state.step_learning_rate_step_ = step;
+    state.step_learning_rate_ = rate;
+  }
 
   // ---- the run stage ----
   /// Training batches (true) or an evaluation (false).

@@ -89,14 +89,16 @@ BOOST_AUTO_TEST_CASE(the_loggers_learning_rate_is_the_first_phase_s) {
   GanRun run(TrainerOptions().max_epochs(1));
   StepLearningRate lr;
   const Callback source("source");  // what a warning would name
-  run.trainer.on(Event::BeforeOptimizerStep, [&](State& state) { lr.capture(state); });
-  std::optional<double> read;
+  std::optional<double> step_rate, read;
   run.trainer.on(Event::StepEnd, [&](State& state) {
+    step_rate = state.step_learning_rate();
     read = lr.read(state, {"test", source}, "no lr");
   });
   run.trainer.fit(gan_batches(1));
+  BOOST_TEST_REQUIRE(step_rate.has_value());
+  BOOST_TEST(*step_rate == 1e-2);  // the discriminator's Adam, not the generator's 2e-2
   BOOST_TEST_REQUIRE(read.has_value());
-  BOOST_TEST(*read == 1e-2);  // the discriminator's Adam, not the generator's 2e-2
+  BOOST_TEST(*read == 1e-2);
   BOOST_TEST(names_optimizer_phase(run.trainer.state(), ""));
   BOOST_TEST(!names_optimizer_phase(run.trainer.state(), "generator"));
 }

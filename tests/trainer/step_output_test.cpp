@@ -1,6 +1,6 @@
-// The step's output on State (batch_loss, backward_loss, step_loss, batch_output, batch_target):
-// at which events each is defined, and that it holds what the model produced, computed here
-// again with a forward pass of our own.
+// The step's output on State (batch_loss, backward_loss, step_loss, batch_output, batch_target,
+// step_learning_rate): at which events each is defined, and that it holds what the model produced
+// (computed here again with a forward pass of our own) or the rate the optimizer applied.
 
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,59 @@ BOOST_AUTO_TEST_CASE(a_custom_step_reports_its_loss_and_sets_its_output) {
              boost::test_tools::per_element());
   BOOST_TEST(at_step_end == (std::vector<std::string>{"--s--", "--s--", "-----"}),
              boost::test_tools::per_element());
+}
+
+// The rate each update used, measured on the weights: plain SGD moves a weight by -rate x its
+// gradient. A warm-up sets a rate at BeforeOptimizerStep (the trainer reads it after that event's
+// subscribers), a per-step decay sets the next step's at AfterOptimizerStep (before StepEnd), and
+// one step's update is skipped.
+BOOST_AUTO_TEST_CASE(the_step_learning_rate_is_the_rate_the_update_used) {
+  Run run;  // SGD, rate 0.1, no momentum
+  auto train = make_batches(5, 4);
+  at::Tensor weight_before, gradient;
+  std::vector<std::optional<double>> at_step_start, at_step_end;
+  std::vector<double> applied;  // measured on the first weight, per update
+  run.trainer.on(Event::StepStart,
+                 [&](State& state) { at_step_start.push_back(state.step_learning_rate()); });
+  run.trainer.on(Event::BeforeOptimizerStep, [&](State& state) {
+    if (state.global_batch == 1) state.optimizer->param_groups()[0].options().set_lr(0.3);
+    if (state.global_batch == 3) state.skip_update = true;
+    const auto weight = run.model->parameters().front();
+    weight_before = weight.detach().clone();
+    gradient = weight.grad().clone();
+  });
+  run.trainer.on(Event::AfterOptimizerStep, [&](State& state) {
+    const auto weight = run.model->parameters().front().detach();
+    const auto largest = gradient.abs().argmax().item<std::int64_t>();
+    const auto moved = (weight_before - weight).flatten()[largest].item<double>();
+    applied.push_back(moved / gradient.flatten()[largest].item<double>());
+    auto& options = state.optimizer->param_groups()[0].options();
+    options.set_lr(options.get_lr() / 2);
+  });
+  run.trainer.on(Event::StepEnd,
+                 [&](State& state) { at_step_end.push_back(state.step_learning_rate()); });
+  run.trainer.fit(train);
+
+  BOOST_TEST_REQUIRE(applied.size() == 4u);
+  BOOST_TEST_REQUIRE(at_step_end.size() == 5u);
+  std::size_t update = 0;
+  for (std::size_t i = 0; i < at_step_end.size(); ++i) {
+    BOOST_TEST_CONTEXT("step of batch " << i) {
+      BOOST_TEST(!at_step_start[i].has_value());
+      if (i == 3) {
+        BOOST_TEST(!at_step_end[i].has_value());  // no update
+        continue;
+      }
+      BOOST_TEST_REQUIRE(at_step_end[i].has_value());
+      BOOST_TEST(*at_step_end[i] == applied[update++], boost::test_tools::tolerance(1e-4));
+    }
+  }
+  // 0.1; the warm-up's 0.3; halved after each update: 0.15; skipped; 0.075.
+  BOOST_TEST(*at_step_end[0] == 0.1);
+  BOOST_TEST(*at_step_end[1] == 0.3);
+  BOOST_TEST(*at_step_end[2] == 0.15);
+  BOOST_TEST(*at_step_end[4] == 0.075);
+  BOOST_TEST(run.trainer.state().step_learning_rate().value_or(0) == 0.075);  // after the fit
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -111,6 +112,15 @@ struct State {
   /// last updated phase's. Also recorded as the metric `kTrainLoss` (a phase's:
   /// `train_loss/<name>`).
   const at::Tensor& step_loss() const noexcept { return step_loss_; }
+  /// The learning rate the update of the step `step` counts was made with: parameter group 0 of
+  /// the first optimizer phase's optimizer, read right before its optimizer step (after every
+  /// BeforeOptimizerStep subscriber). From StepEnd of a step in which that phase updated to the
+  /// next StepStart (a LearningRateScheduler may already have set the next step's rate by then).
+  /// Empty elsewhere, at a step whose first phase made no update, and for optimizer options
+  /// without a learning rate (custom OptimizerOptions).
+  std::optional<double> step_learning_rate() const noexcept {
+    return step_learning_rate_step_ == step ? std::optional(step_learning_rate_) : std::nullopt;
+  }
   /// The model's output for the current batch, as the default step computed it or a custom step
   /// set it (set_batch_output): from the step on, to BatchEnd or EvalBatchEnd.
   const at::Tensor& batch_output() const noexcept { return batch_output_; }
@@ -180,6 +190,8 @@ struct State {
   at::Tensor batch_loss_;
   at::Tensor backward_loss_;
   at::Tensor step_loss_;
+  double step_learning_rate_ = 0.0;
+  std::int64_t step_learning_rate_step_ = -1;  // the `step` whose update used it (-1: none)
   at::Tensor batch_output_;
   at::Tensor batch_target_;
   bool stop_requested_ = false;

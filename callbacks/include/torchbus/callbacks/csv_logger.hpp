@@ -86,8 +86,6 @@ class CsvLogger : public Callback {
   void on_epoch_start(State& state) override;
   /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
   /// `flush_secs` have passed since the last flush.
-  /// Captures the learning rate of the step (written in its row at StepEnd).
-  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
   /// Flushes the rows, so that they do not wait while the evaluation runs.
   void on_eval_start(State& state) override;

@@ -40,24 +40,17 @@ std::optional<double> learning_rate_or_warn_once(const State& state, bool& warne
 /// only where it does.
 bool names_optimizer_phase(const State& state, std::string_view phase) noexcept;
 
-/// The learning rate a logger writes for the step `state.step` counts: the rate of parameter group
-/// 0 that step ran with, captured at BeforeOptimizerStep (a per-step LearningRateScheduler already
-/// set the next step's rate at AfterOptimizerStep, before StepEnd). Without a capture for that step
-/// (nothing trained yet in this fit, the update skipped), the optimizer's current rate.
+/// The learning rate a logger writes for the step `state.step` counts: `state.step_learning_rate()`
+/// (the rate that step's update used, read by the trainer right before it), else, as when the
+/// update was skipped, the optimizer's current rate (`learning_rate_or_warn_once`; once that
+/// warned, nothing more is read).
 class StepLearningRate {
  public:
-  /// Keeps the optimizer's rate as the rate of step `state.step + 1` (call at
-  /// BeforeOptimizerStep; with several optimizers, the first phase's); keeps nothing when it
-  /// cannot be read.
-  void capture(const State& state) noexcept;
-  /// The rate captured for step `state.step`, else `learning_rate_or_warn_once(state, ...)` (one
-  /// warning in all, when the rate cannot be read).
+  /// The rate of step `state.step`; nullopt, after one warning in all, when it cannot be read.
   std::optional<double> read(const State& state, const WarningSource& source,
                              std::string_view consequence);
 
  private:
-  std::int64_t step_ = -1;  // the step whose rate lr_ is
-  double lr_ = 0.0;
   bool warned_ = false;
 };
 

@@ -6,6 +6,7 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
+#include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/metric_history.hpp>
 
 #include <chrono>
@@ -125,9 +126,7 @@ class RunReport : public Callback {
   void on_epoch_start(State& state) override;
   /// Starts timing the step.
   void on_step_start(State& state) override;
-  /// Samples the learning rate the update uses.
-  void on_before_optimizer_step(State& state) override;
-  /// Records the step time.
+  /// Records the step time and the learning rate the step's update used.
   void on_step_end(State& state) override;
   /// Rewrites the report every `update_every_n_epochs` epochs (a failure is logged).
   void on_epoch_end(State& state) override;
@@ -164,7 +163,7 @@ class RunReport : public Callback {
   bool in_action_ = false;
   bool start_failed_ = false;  // this action's ActionStart could not write: no report at its end
   bool trains_ = false;        // the current (or last) action is a fit
-  bool warned_lr_ = false;     // the learning rate could not be read (reported once)
+  StepLearningRate step_lr_;   // reads the learning rate of a step (record_lr)
 };
 
 }  // namespace torchbus

@@ -57,8 +57,6 @@ class SimpleLogger : public Callback {
   /// Remembers where step timing starts (the first epoch of an action, also after a resume).
   void on_epoch_start(State& state) override;
   /// Logs the tensors when `state.step` is a multiple of `step_freq`.
-  /// Captures the learning rate of the step (logged at StepEnd).
-  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
 
  private:

@@ -119,8 +119,6 @@ class TensorBoardLogger : public Callback {
   /// In a step that will be written: keeps the batch's tensors of `tensors_to_log` for StepEnd.
   void on_batch_end(State& state) override;
   /// Writes the tensors and the learning rate when the step is due.
-  /// Captures the learning rate of the step (written at StepEnd).
-  void on_before_optimizer_step(State& state) override;
   void on_step_end(State& state) override;
   /// When the action starts with an evaluation: takes the point it starts from.
   void on_eval_start(State& state) override;
