@@ -35,6 +35,8 @@ void ModelCheckpointOptions::validate() const {
                  "ModelCheckpoint every_n_epochs must be >= 0 (0: off), got ", every_n_epochs_);
   TORCHBUS_CHECK(save_top_k_ >= -1, ConfigError,
                  "ModelCheckpoint save_top_k must be >= 0, or -1 to keep all, got ", save_top_k_);
+  TORCHBUS_CHECK(pending_writes_ >= 1, ConfigError,
+                 "ModelCheckpoint pending_writes must be >= 1, got ", pending_writes_);
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
@@ -47,7 +49,10 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
       .after(Role::Logger);
   options_.validate();
   run_on_rank(0);
-  if (options_.background()) writer_ = std::make_unique<CheckpointWriter>();
+  if (options_.background()) {
+    writer_ =
+        std::make_unique<CheckpointWriter>(static_cast<std::size_t>(options_.pending_writes()));
+  }
 }
 
 ModelCheckpoint::~ModelCheckpoint() = default;
@@ -173,12 +178,12 @@ void ModelCheckpoint::save(State& state, bool at_epoch_end) {
       kept_.end());
   kept_.push_back(Kept{path, score.value_or(std::numeric_limits<double>::quiet_NaN()), state.step});
   // Captured before pruning: the checkpoint's own state lists what is pruned now (dropped by
-  // load_state, as the files are gone by then). In the background, the previous write finishes
-  // first (one in flight), then the checkpoint is captured as copies and serialized on the
-  // writer's thread.
+  // load_state, as the files are gone by then). In the background, the oldest pending write
+  // finishes first when `pending_writes` are pending, then the checkpoint is captured as copies
+  // and serialized on the writer's thread.
   std::optional<CheckpointSnapshot> snapshot;
   if (writer_) {
-    writer_->flush();
+    writer_->wait_for_room();
     snapshot = state.trainer().capture_checkpoint(path);
   } else {
     state.trainer().save_checkpoint(path);

@@ -195,37 +195,59 @@ std::string identity_differences(const std::string& checkpoint, const std::strin
   return out;
 }
 
+CheckpointWriter::CheckpointWriter(std::size_t max_pending) : max_pending_(max_pending) {
+  TORCHBUS_CHECK(max_pending >= 1, ConfigError,
+                 "a CheckpointWriter needs room for at least one pending write, got 0");
+}
+
 CheckpointWriter::~CheckpointWriter() {
-  try {
-    flush();
-  } catch (const std::exception& error) {
-    logger()->error("background checkpoint write failed: {}", error.what());
+  while (!pending_.empty()) {
+    try {
+      finish_oldest();
+    } catch (const std::exception& error) {
+      logger()->error("background checkpoint write failed: {}", error.what());
+    }
   }
 }
 
 void CheckpointWriter::write(CheckpointSnapshot snapshot, std::function<void()> after_durable) {
-  flush();
-  in_flight_ = std::async(std::launch::async, [snapshot = std::move(snapshot),
-                                               after = std::move(after_durable)]() mutable {
-    const auto& path = snapshot.path();
-    try {
-      write_checkpoint_file(path, snapshot.bytes());
-      if (after) after();
-    } catch (const std::exception& error) {
-      throw CheckpointError(detail::concat("the background write of checkpoint ", path.string(),
-                                           " failed: ", error.what()));
-    }
-  });
+  wait_for_room();
+  // Each write waits for the one before it (whose failure does not stop it): files appear, links
+  // move and older files go in the order the checkpoints were taken.
+  std::shared_future<void> before = pending_.empty() ? std::shared_future<void>() : pending_.back();
+  pending_.push_back(
+      std::async(std::launch::async, [before = std::move(before), snapshot = std::move(snapshot),
+                                      after = std::move(after_durable)]() mutable {
+        if (before.valid()) before.wait();
+        const auto& path = snapshot.path();
+        try {
+          write_checkpoint_file(path, snapshot.bytes());
+          if (after) after();
+        } catch (const std::exception& error) {
+          throw CheckpointError(detail::concat("the background write of checkpoint ", path.string(),
+                                               " failed: ", error.what()));
+        }
+      }).share());
+}
+
+void CheckpointWriter::finish_oldest() {
+  const auto oldest = std::move(pending_.front());
+  pending_.pop_front();
+  oldest.get();
+}
+
+void CheckpointWriter::wait_for_room() {
+  while (pending_.size() >= max_pending_) finish_oldest();
 }
 
 void CheckpointWriter::flush() {
-  if (in_flight_.valid()) in_flight_.get();
+  while (!pending_.empty()) finish_oldest();
 }
 
 void CheckpointWriter::rethrow_if_failed() {
-  if (in_flight_.valid() &&
-      in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-    in_flight_.get();
+  while (!pending_.empty() &&
+         pending_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    finish_oldest();
   }
 }
 

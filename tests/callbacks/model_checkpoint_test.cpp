@@ -460,6 +460,11 @@ BOOST_AUTO_TEST_CASE(bad_input) {
   });
   BOOST_CHECK_THROW(ModelCheckpoint(ModelCheckpointOptions("x").save_top_k(-2)), ConfigError);
   BOOST_CHECK_THROW(ModelCheckpoint(ModelCheckpointOptions("")), ConfigError);
+  BOOST_CHECK_EXCEPTION(ModelCheckpoint(ModelCheckpointOptions("x").pending_writes(0)), ConfigError,
+                        [](const ConfigError& e) {
+                          return std::string(e.what()).find("pending_writes must be >= 1, got 0") !=
+                                 std::string::npos;
+                        });
 }
 
 // Each step checkpoint is ranked by the validation of its own step (val_every_n_steps runs after

@@ -7,7 +7,9 @@
 
 #include <torchbus/checkpoint_snapshot.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -55,28 +57,38 @@ std::optional<std::filesystem::path> newest_valid_checkpoint(
 /// What differs between two run identities ("key=value" lines): "key: a -> b", joined by "; ".
 std::string identity_differences(const std::string& checkpoint, const std::string& run);
 
-/// Writes files on a background thread, at most one in flight: `write` waits for the previous
-/// one. Errors of a write are rethrown by the next `write` or `flush`.
+/// Writes files on background threads, one after another in the order given, with at most
+/// `max_pending` writes pending (in flight or waiting for the one before): `write` waits for room.
+/// Errors of a write are rethrown by a later `write`, `wait_for_room`, `flush` or
+/// `rethrow_if_failed`.
 class CheckpointWriter {
  public:
-  CheckpointWriter() = default;
+  /// Throws ConfigError when `max_pending` is 0.
+  explicit CheckpointWriter(std::size_t max_pending = 1);
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-  /// Waits for the write in flight (errors are logged, not thrown, here).
+  /// Waits for every pending write (errors are logged, not thrown, here).
   ~CheckpointWriter();
 
-  /// Once the previous write finished, serializes `snapshot` and writes it to its path atomically
-  /// (and durably), then runs `after_durable` (moving a link, removing older files), all on the
-  /// background thread. At most one write is in flight.
+  /// Once the writes before it finished, serializes `snapshot` and writes it to its path
+  /// atomically (and durably), then runs `after_durable` (moving a link, removing older files),
+  /// all off the calling thread. Waits for room first (`wait_for_room`).
   void write(CheckpointSnapshot snapshot, std::function<void()> after_durable = {});
-  /// Waits until nothing is in flight; rethrows the error of a failed write (a CheckpointError
+  /// Waits until fewer than `max_pending` writes are pending, so that the next snapshot can be
+  /// taken and queued without waiting; rethrows the error of a write that failed.
+  void wait_for_room();
+  /// Waits until nothing is pending; rethrows the error of a failed write (a CheckpointError
   /// naming the file).
   void flush();
   /// Rethrows the error of a write that has finished and failed; returns at once otherwise.
   void rethrow_if_failed();
 
  private:
-  std::future<void> in_flight_;
+  /// Waits for the oldest pending write and forgets it; rethrows its error.
+  void finish_oldest();
+
+  std::size_t max_pending_;
+  std::deque<std::shared_future<void>> pending_;  // oldest first
 };
 
 }  // namespace torchbus

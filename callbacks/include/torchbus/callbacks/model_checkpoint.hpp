@@ -41,9 +41,15 @@ struct ModelCheckpointOptions {
   TORCH_ARG(bool, save_last) = true;
   /// Also save when the run stops early (StopTraining, request_stop, Ctrl-C handlers).
   TORCH_ARG(bool, save_on_stop) = true;
-  /// Write files on a background thread: the training thread serializes to memory; writing,
-  /// fsync, moving `last` and pruning happen on the writer's thread, one checkpoint at a time.
+  /// Write files on a background thread: the training thread copies the tensors; serializing,
+  /// writing, fsync, moving `last` and pruning happen on the writer's thread, one checkpoint at a
+  /// time, in order.
   TORCH_ARG(bool, background) = true;
+  /// With `background`: checkpoints pending at once (being written, or copied and waiting for the
+  /// one before). Each holds a copy of the checkpoint's tensors. A checkpoint due while this many
+  /// are pending waits for the oldest to be written before it is copied; 1 waits for every write
+  /// (the least memory), 2 (the default) copies the next while one is written.
+  TORCH_ARG(std::int64_t, pending_writes) = 2;
   /// When the folder holds a valid checkpoint, resume the next fit from the newest one.
   TORCH_ARG(bool, resume) = false;
   /// Also write the model's weights as a state_dict file next to each checkpoint (its name with
