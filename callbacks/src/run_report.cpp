@@ -326,6 +326,13 @@ RunReport& RunReport::add_chart(ReportChart chart) {
   return *this;
 }
 
+EventList RunReport::unused_hooks() const {
+  EventList unused;
+  if (!options_.record_step_time()) unused |= Event::StepStart;
+  if (!options_.record_step_time() && !options_.record_lr()) unused |= Event::StepEnd;
+  return unused;
+}
+
 void RunReport::on_added(Trainer& trainer) {
   bus_ = &trainer.bus();
   const auto& options = trainer.options();

@@ -146,6 +146,14 @@ TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
 
 TensorBoardLogger::~TensorBoardLogger() = default;
 
+EventList TensorBoardLogger::unused_hooks() const {
+  const auto& names = options_.tensors_to_log();
+  const bool step_values_only =
+      std::all_of(names.begin(), names.end(),
+                  [](const std::string& name) { return name == tensor_names::kStepLoss; });
+  return step_values_only ? EventList(Event::BatchEnd) : EventList();
+}
+
 std::string TensorBoardLogger::who() const {
   return "TensorBoardLogger '" + name() + "'";
 }

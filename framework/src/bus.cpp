@@ -358,6 +358,7 @@ Connection EventBus::add(Subscription subscription) {
 
 CallbackConnection EventBus::add_callback(std::shared_ptr<Callback> callback, EventList hooks) {
   TORCHBUS_CHECK(callback != nullptr, ConfigError, "cannot add a null callback");
+  hooks = hooks.without(callback->unused_hooks());
   auto& channels = *channels_;
   const auto name = callback->name();
   TORCHBUS_CHECK(channels.find_named(name) == nullptr, ConfigError, "a callback named '", name,

@@ -42,6 +42,14 @@ struct Report {
   }
 
   std::vector<const XmlElement*> charts() const { return root.find_all("svg", "chart"); }
+  /// Whether a chart of `metric` is there.
+  bool has_chart(const std::string& metric) const {
+    return !root.find_all([&](const XmlElement& element) {
+                  const auto* name = element.attribute("data-metric");
+                  return element.has_class("chart") && name != nullptr && *name == metric;
+                })
+                .empty();
+  }
   /// The one chart of `metric`.
   const XmlElement& chart(const std::string& metric) const {
     const auto found = root.find_all([&](const XmlElement& element) {
@@ -404,6 +412,21 @@ BOOST_AUTO_TEST_CASE(a_recorded_lr_replaces_the_sampled_one) {
   BOOST_TEST((lr.attribute("data-source") == nullptr));
   BOOST_TEST(coordinates(lr).size() == 4u);
   BOOST_TEST(*report.chart("step_time").attribute("data-source") == "run_report");
+}
+
+// Without the sampled series RunReport has no per-step hook: a step costs it nothing.
+BOOST_AUTO_TEST_CASE(without_sampled_series_it_hooks_no_step_event) {
+  for (const bool lr : {false, true}) {
+    ReportRun r(TrainerOptions().max_epochs(2),
+                [lr](RunReportOptions o) { return o.record_step_time(false).record_lr(lr); });
+    r.fit();
+    BOOST_TEST(r.run.trainer.bus().subscriber_count(Event::StepStart) == 0u);
+    BOOST_TEST(r.run.trainer.bus().subscriber_count(Event::StepEnd) == (lr ? 1u : 0u));
+    const auto report = Report::read(r.path);
+    BOOST_TEST(report.has_chart("lr") == lr);
+    BOOST_TEST(!report.has_chart("step_time"));
+    BOOST_TEST(report.status() == "finished");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sampled_series_go_through_checkpoints) {

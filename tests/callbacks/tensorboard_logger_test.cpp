@@ -645,6 +645,22 @@ BOOST_AUTO_TEST_CASE(default_role_rank_and_options) {
   BOOST_TEST(logger.file().empty());
 }
 
+// Batch values (the output, the batch's loss) are kept at BatchEnd for StepEnd; the step's loss is
+// still there at StepEnd: with only it, the logger has no BatchEnd hook.
+BOOST_AUTO_TEST_CASE(hooks_batch_end_only_when_a_batch_value_is_logged) {
+  for (const auto& [names, hooked] :
+       {std::pair(std::vector<std::string>{"step_loss"}, 0u),
+        std::pair(std::vector<std::string>{}, 0u),
+        std::pair(std::vector<std::string>{"step_loss", "output"}, 1u),
+        std::pair(std::vector<std::string>{"confidence"}, 1u)}) {
+    Run run;
+    run.trainer.add(std::make_shared<TensorBoardLogger>(
+        TensorBoardLoggerOptions("runs/x").tensors_to_log(names)));
+    BOOST_TEST(run.trainer.bus().subscriber_count(Event::BatchEnd) == hooked);
+    BOOST_TEST(run.trainer.bus().subscriber_count(Event::StepEnd) == 1u);
+  }
+}
+
 // ---- the writer and the reader ------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(the_reader_checks_both_crcs_of_every_record) {

@@ -30,6 +30,19 @@ class EpochAndBatchHook : public EpochHook {
   void on_batch_end(State&) override { seen.emplace_back("BatchEnd"); }
 };
 
+/// Overrides two hooks and, as its option says, does not need one of them.
+class OptionalBatchHook : public Callback {
+ public:
+  explicit OptionalBatchHook(bool batches) : Callback("optional_batch_hook"), batches_(batches) {}
+  std::vector<std::string> seen;
+  EventList unused_hooks() const override { return batches_ ? EventList() : Event::BatchEnd; }
+  void on_batch_end(State&) override { seen.emplace_back("BatchEnd"); }
+  void on_step_end(State&) override { seen.emplace_back("StepEnd"); }
+
+ private:
+  bool batches_;
+};
+
 class UnnamedCallback : public Callback {
  public:
   void on_action_start(State&) override {}
@@ -98,6 +111,26 @@ BOOST_AUTO_TEST_CASE(through_a_base_pointer_every_hook_is_connected_and_still_co
     emit_every_event(publisher, state);
     BOOST_TEST(derived->seen == (std::vector<std::string>{"BatchEnd", "EpochEnd"}),
                boost::test_tools::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(unused_hooks_are_not_connected_through_any_static_type) {
+  for (const bool batches : {true, false}) {
+    for (const bool as_callback : {false, true}) {
+      EventPublisher publisher;
+      EventBus& bus = publisher.bus();
+      State state;
+      auto callback = std::make_shared<OptionalBatchHook>(batches);
+      const auto connection =
+          as_callback ? bus.add(std::shared_ptr<Callback>(callback)) : bus.add(callback);
+      BOOST_TEST(connection.size() == (as_callback ? kEventCount : 2u) - (batches ? 0u : 1u));
+      BOOST_TEST(bus.subscriber_count(Event::BatchEnd) == (batches ? 1u : 0u));
+      BOOST_TEST(bus.subscriber_count(Event::StepEnd) == 1u);
+      emit_every_event(publisher, state);
+      const auto expected = batches ? std::vector<std::string>{"BatchEnd", "StepEnd"}
+                                    : std::vector<std::string>{"StepEnd"};
+      BOOST_TEST(callback->seen == expected, boost::test_tools::per_element());
+    }
   }
 }
 

@@ -89,6 +89,10 @@ class Callback {
 
   /// Called when the callback is added to `trainer`: read options, set up.
   virtual void on_added(Trainer& /*trainer*/) {}
+  /// Hooks this callback overrides that never act with its options (e.g. a logger that keeps batch
+  /// values at BatchEnd only when its options name one): they are not connected, so they cost
+  /// nothing. Asked once, when the callback is added to a bus. Default: none.
+  virtual EventList unused_hooks() const { return {}; }
   /// Writes the callback's own state into a checkpoint.
   virtual void save_state(torch::serialize::OutputArchive& /*archive*/) const {}
   /// Whether what `save_state` writes stays as written when training goes on (tensors it changes

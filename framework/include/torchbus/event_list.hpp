@@ -36,6 +36,13 @@ class EventList {
     return count;
   }
 
+  /// The events of this list that `other` does not hold.
+  constexpr EventList without(EventList other) const noexcept {
+    EventList list;
+    list.bits_ = bits_ & ~other.bits_;
+    return list;
+  }
+
   /// Adds the events of `other`.
   constexpr EventList& operator|=(EventList other) noexcept {
     bits_ |= other.bits_;

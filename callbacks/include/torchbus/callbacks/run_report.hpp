@@ -119,6 +119,8 @@ class RunReport : public Callback {
 
   /// Reads the trainer's options for the options table.
   void on_added(Trainer& trainer) override;
+  /// StepStart without `record_step_time`; StepEnd too without `record_lr`.
+  EventList unused_hooks() const override;
   /// Creates the directory and writes a first report; throws ConfigError naming the path when
   /// it cannot be written.
   void on_action_start(State& state) override;

@@ -110,6 +110,9 @@ class TensorBoardLogger : public Callback {
 
   /// With `parameter_histogram_freq`: subscribes the histograms to `trainer`'s AfterOptimizerStep.
   void on_added(Trainer& trainer) override;
+  /// BatchEnd when every name of `tensors_to_log` is `step_loss` (the default), which StepEnd
+  /// still has: no batch value to keep.
+  EventList unused_hooks() const override;
   /// Creates `log_dir` and a new event file; throws ConfigError naming the directory when it
   /// cannot.
   void on_action_start(State& state) override;
