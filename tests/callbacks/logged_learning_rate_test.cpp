@@ -20,32 +20,26 @@
 using namespace torchbus;
 using namespace torchbus::testing;
 
-BOOST_AUTO_TEST_SUITE(logged_learning_rate)
+namespace {
 
-BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
-  TempDir dir("logged_lr");
-  Run run(TrainerOptions().max_epochs(2));
-  // A different rate at every step: 0.1 / (t + 1).
-  run.trainer.add(std::make_shared<LearningRateScheduler>(
-      [](std::int64_t t, double base) { return base / static_cast<double>(t + 1); }));
-  run.trainer.add(
-      std::make_shared<CsvLogger>(CsvLoggerOptions(dir.path / "metrics.csv").step_freq(1)));
-  run.trainer.add(std::make_shared<SimpleLogger>(
+/// SimpleLogger, CsvLogger and TensorBoardLogger on `trainer`, every step, into `dir`.
+std::shared_ptr<TensorBoardLogger> add_loggers(Trainer& trainer, const std::filesystem::path& dir) {
+  trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(dir / "metrics.csv").step_freq(1)));
+  trainer.add(std::make_shared<SimpleLogger>(
       SimpleLoggerOptions().step_freq(1).precision(17).log_step_time(false)));
   auto tensorboard = std::make_shared<TensorBoardLogger>(
-      TensorBoardLoggerOptions((dir.path / "tb").string()).step_freq(1));
-  run.trainer.add(tensorboard);
-  auto batches = make_batches(3, 4);
-  CapturedLog log;
-  run.trainer.fit(batches);
+      TensorBoardLoggerOptions((dir / "tb").string()).step_freq(1));
+  trainer.add(tensorboard);
+  return tensorboard;
+}
 
-  std::map<std::int64_t, double> used;  // step -> the rate the step ran with
-  for (const auto& point : run.trainer.state().metrics.series("lr")) used[point.step] = point.value;
-  BOOST_TEST_REQUIRE(used.size() == 6u);
-  BOOST_TEST(used.at(2) == 0.05);
-
-  // metrics.csv: columns kind, step, epoch, wall_time, loss, lr, ...
-  std::ifstream csv(dir.path / "metrics.csv");
+/// Checks that the loggers of `add_loggers` wrote, for each of `steps` steps, the rate `used` has
+/// for it: the CSV's step rows (and its epoch rows the rate of the epoch's last step), the log's
+/// lines and TensorBoard's train/lr.
+void check_written_rates(const std::filesystem::path& dir, const CapturedLog& log,
+                         const TensorBoardLogger& tensorboard,
+                         const std::map<std::int64_t, double>& used, std::size_t steps) {
+  std::ifstream csv(dir / "metrics.csv");
   std::string line;
   std::getline(csv, line);
   BOOST_TEST_REQUIRE(line.rfind("kind,step,epoch,wall_time,step_loss,lr", 0) == 0u, line);
@@ -54,13 +48,10 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
     std::vector<std::string> cells;
     std::istringstream fields(line);
     for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
-    BOOST_TEST_CONTEXT(line) {
-      // An epoch row carries the rate of the epoch's last step.
-      BOOST_TEST(std::stod(cells.at(5)) == used.at(std::stoll(cells.at(1))));
-    }
+    BOOST_TEST(std::stod(cells.at(5)) == used.at(std::stoll(cells.at(1))), line);
     step_rows += cells.at(0) == "step";
   }
-  BOOST_TEST(step_rows == 6u);
+  BOOST_TEST(step_rows == steps);
 
   std::size_t lines = 0;
   const std::regex format(R"(step (\d+) epoch \d+: step_loss=\S+ lr=(\S+))");
@@ -70,13 +61,35 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
     ++lines;
     BOOST_TEST(std::stod(match[2]) == used.at(std::stoll(match[1])), message);
   }
-  BOOST_TEST(lines == 6u);
+  BOOST_TEST(lines == steps);
 
-  const auto scalars = scalars_of(read_events(tensorboard->file()), "train/lr");
-  BOOST_TEST_REQUIRE(scalars.size() == 6u);
+  const auto scalars = scalars_of(read_events(tensorboard.file()), "train/lr");
+  BOOST_TEST_REQUIRE(scalars.size() == steps);
   for (const auto& [step, value] : scalars) {
     BOOST_TEST(value == static_cast<float>(used.at(step)), "step " << step);
   }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(logged_learning_rate)
+
+BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
+  TempDir dir("logged_lr");
+  Run run(TrainerOptions().max_epochs(2));
+  // A different rate at every step: 0.1 / (t + 1).
+  run.trainer.add(std::make_shared<LearningRateScheduler>(
+      [](std::int64_t t, double base) { return base / static_cast<double>(t + 1); }));
+  const auto tensorboard = add_loggers(run.trainer, dir.path);
+  auto batches = make_batches(3, 4);
+  CapturedLog log;
+  run.trainer.fit(batches);
+
+  std::map<std::int64_t, double> used;  // step -> the rate the step ran with
+  for (const auto& point : run.trainer.state().metrics.series("lr")) used[point.step] = point.value;
+  BOOST_TEST_REQUIRE(used.size() == 6u);
+  BOOST_TEST(used.at(2) == 0.05);
+  check_written_rates(dir.path, log, *tensorboard, used, 6);
 }
 
 // A warm-up that sets each step's rate at BeforeOptimizerStep, after the loggers were added (so
@@ -86,12 +99,7 @@ BOOST_AUTO_TEST_CASE(loggers_write_the_rate_each_step_ran_with) {
 BOOST_AUTO_TEST_CASE(a_rate_set_at_before_optimizer_step_is_the_one_written) {
   TempDir dir("logged_lr_warm_up");
   Run run(TrainerOptions().max_epochs(1));
-  run.trainer.add(
-      std::make_shared<CsvLogger>(CsvLoggerOptions(dir.path / "metrics.csv").step_freq(1)));
-  run.trainer.add(std::make_shared<SimpleLogger>(
-      SimpleLoggerOptions().step_freq(1).precision(17).log_step_time(false)));
-  run.trainer.add(std::make_shared<TensorBoardLogger>(
-      TensorBoardLoggerOptions((dir.path / "tb").string()).step_freq(1)));
+  const auto tensorboard = add_loggers(run.trainer, dir.path);
   run.trainer.add(
       std::make_shared<RunReport>(RunReportOptions((dir.path / "report.html").string())));
   BOOST_TEST(run.trainer.bus().subscriber_count(Event::BeforeOptimizerStep) == 0u);
@@ -106,27 +114,7 @@ BOOST_AUTO_TEST_CASE(a_rate_set_at_before_optimizer_step_is_the_one_written) {
   run.trainer.fit(batches);
 
   BOOST_TEST_REQUIRE(used.size() == 4u);
-  std::size_t lines = 0;
-  const std::regex format(R"(step (\d+) epoch \d+: step_loss=\S+ lr=(\S+))");
-  for (const auto& message : log.messages("info")) {
-    std::smatch match;
-    if (!std::regex_match(message, match, format)) continue;
-    ++lines;
-    BOOST_TEST(std::stod(match[2]) == used.at(std::stoll(match[1])), message);
-  }
-  BOOST_TEST(lines == 4u);
-  std::ifstream csv(dir.path / "metrics.csv");
-  std::string line;
-  std::getline(csv, line);  // kind,step,epoch,wall_time,step_loss,lr,...
-  std::size_t rows = 0;
-  while (std::getline(csv, line)) {
-    std::vector<std::string> cells;
-    std::istringstream fields(line);
-    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
-    BOOST_TEST(std::stod(cells.at(5)) == used.at(std::stoll(cells.at(1))), line);
-    ++rows;
-  }
-  BOOST_TEST(rows == 5u);  // 4 steps and the epoch
+  check_written_rates(dir.path, log, *tensorboard, used, 4);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
