@@ -4,7 +4,6 @@
 /// What loggers read from State each time they log (the learning rate, tensors by name), and the
 /// one warning a logger writes about a value it cannot read.
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
