@@ -100,3 +100,16 @@ endif()
 set(CMAKE_IGNORE_PREFIX_PATH "${saved_ignore_prefix_path}")
 find_package(Torch REQUIRED)
 torchbus_shadow_bundled_headers()
+
+# The official LibTorch (a PyTorch wheel's too) carries copies of parts of libstdc++ of its own,
+# std::filesystem among them, and exports them; PyTorch 2.11's remove_all calls through a null
+# pointer when called from outside. A program binds each symbol to the first library on its link
+# line that defines it, so torchbus's libraries name the C++ runtime before LibTorch in their
+# interface and every program linking them reaches libstdc++'s own (docs/getting-started.md,
+# "Building against the official LibTorch"). Empty with another C++ runtime (libc++).
+include(CheckCXXSymbolExists)
+check_cxx_symbol_exists(__GLIBCXX__ cstddef TORCHBUS_USES_LIBSTDCXX)
+set(TORCHBUS_CXX_RUNTIME "")
+if(TORCHBUS_USES_LIBSTDCXX)
+  set(TORCHBUS_CXX_RUNTIME stdc++)
+endif()
