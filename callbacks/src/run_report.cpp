@@ -395,7 +395,7 @@ void RunReport::on_action_start(State& state) {
   TORCHBUS_CHECK(!fs::is_directory(path, error), ConfigError, who, ": '", path.string(),
                  "' is a directory; expected the path of an HTML file");
   try {
-    write_file_atomically(path, html(state));
+    write_file_atomically(path, html(state), Durability::kProcessCrash);
   } catch (const std::exception& failure) {
     throw ConfigError(
         detail::concat(who, ": cannot write the report '", path.string(), "': ", failure.what()));
@@ -430,7 +430,7 @@ void RunReport::on_epoch_end(State& state) {
   const auto every = options_.update_every_n_epochs();
   if (every <= 0 || (state.epoch + 1) % every != 0) return;
   try {
-    write(state);
+    write(state, Durability::kProcessCrash);  // rewritten next epoch: no fsync on the loop
   } catch (const std::exception& failure) {
     logger()->error("{}; training goes on, the report is written again at the end", failure.what());
   }
@@ -444,13 +444,13 @@ void RunReport::on_action_end(State& state) {
     start_failed_ = false;
     return;  // ActionStart already reported why the report cannot be written
   }
-  write(state);
+  write(state, Durability::kPowerLoss);
   logger()->info("RunReport '{}': wrote {}", name(), options_.path());
 }
 
-void RunReport::write(const State& state) const {
+void RunReport::write(const State& state, Durability durability) const {
   try {
-    write_file_atomically(options_.path(), html(state));
+    write_file_atomically(options_.path(), html(state), durability);
   } catch (const std::exception& failure) {
     throw Error(detail::concat("RunReport '", name(), "': cannot write the report '",
                                options_.path(), "': ", failure.what()));

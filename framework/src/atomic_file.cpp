@@ -46,7 +46,8 @@ void fsync_directory_of(const fs::path& path) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)), temporary_(temporary_of(path_)) {
+AtomicFile::AtomicFile(fs::path path, Durability durability)
+    : path_(std::move(path)), temporary_(temporary_of(path_)), durability_(durability) {
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("create", temporary_, errno);
 }
@@ -79,17 +80,18 @@ void AtomicFile::write_fully(std::string_view bytes) {
 void AtomicFile::commit() {
   write_fully(buffer_);
   buffer_.clear();
-  if (::fsync(fd_) != 0) fail("fsync", temporary_, errno);
+  const bool durable = durability_ == Durability::kPowerLoss;
+  if (durable && ::fsync(fd_) != 0) fail("fsync", temporary_, errno);
   const int result = ::close(fd_);
   fd_ = -1;
   if (result != 0) fail("close", temporary_, errno);
   rename_into_place(temporary_, path_);
   committed_ = true;
-  fsync_directory_of(path_);
+  if (durable) fsync_directory_of(path_);
 }
 
-void write_file_atomically(const fs::path& path, std::string_view bytes) {
-  AtomicFile file(path);
+void write_file_atomically(const fs::path& path, std::string_view bytes, Durability durability) {
+  AtomicFile file(path, durability);
   file.write(bytes);
   file.commit();
 }

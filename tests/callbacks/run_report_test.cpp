@@ -7,6 +7,7 @@
 #include <support/captured_log.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
+#include <support/fsync_count.hpp>
 #include <support/scratch.hpp>
 #include <support/xml_check.hpp>
 #include <torchbus/callbacks/run_report.hpp>
@@ -251,17 +252,24 @@ BOOST_AUTO_TEST_CASE(is_written_at_the_start_and_after_every_epoch) {
   ReportRun r;
   std::vector<std::string> statuses;
   std::vector<std::size_t> points;
+  std::vector<std::uint64_t> fsyncs_so_far;
+  const auto fsyncs_before = fsyncs();
   r.run.trainer.on(Event::EpochStart, [&](State&) {
     const auto report = Report::read(r.path);
     statuses.push_back(report.status());
     points.push_back(report.charts().size() == 0 ? 0
                                                  : coordinates(report.chart("train_loss")).size());
+    fsyncs_so_far.push_back(fsyncs() - fsyncs_before);
   });
   r.fit();
   BOOST_TEST(statuses == (std::vector<std::string>{"running", "running"}),
              boost::test_tools::per_element());
   BOOST_TEST(points == (std::vector<std::size_t>{0, 6}), boost::test_tools::per_element());
   BOOST_TEST(Report::read(r.path).status() == "finished");
+  // Rewritten while training without an fsync on the loop; the final report is durable (the file
+  // and its directory).
+  BOOST_TEST(fsyncs_so_far == (std::vector<std::uint64_t>{0, 0}), boost::test_tools::per_element());
+  BOOST_TEST(fsyncs() - fsyncs_before == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(an_evaluation_after_fit_extends_the_report) {

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
+#include <support/fsync_count.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/atomic_file.hpp>
 #include <torchbus/error.hpp>
@@ -63,6 +64,22 @@ BOOST_AUTO_TEST_CASE(a_write_leaves_the_whole_file_and_nothing_else) {
   write_file_atomically(path, "shorter");  // replaces, does not overwrite in place
   BOOST_TEST(read_text(path) == "shorter");
   BOOST_TEST(entry_names(dir.path).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_replacement_durable_until_a_process_crash_makes_no_fsync) {
+  TempDir dir("atomic_file");
+  const auto path = dir.path / "report.html";
+  const auto before = fsyncs();
+  write_file_atomically(path, "first", Durability::kProcessCrash);
+  write_file_atomically(path, "second", Durability::kProcessCrash);
+  BOOST_TEST(fsyncs() - before == 0u);
+  BOOST_TEST(read_text(path) == "second");
+  BOOST_TEST(entry_names(dir.path) == std::set<std::string>{"report.html"},
+             boost::test_tools::per_element());
+
+  write_file_atomically(path, "third");  // durable through a power loss: the file, the directory
+  BOOST_TEST(fsyncs() - before == 2u);
+  BOOST_TEST(read_text(path) == "third");
 }
 
 BOOST_AUTO_TEST_CASE(pieces_written_to_an_atomic_file_appear_at_commit_only) {

@@ -5,6 +5,7 @@
 /// status, its options and tables other callbacks contribute.
 
 #include <torch/arg.h>
+#include <torchbus/atomic_file.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/metric_history.hpp>
@@ -145,7 +146,8 @@ class RunReport : public Callback {
   using Clock = std::chrono::steady_clock;
   using Row = std::pair<std::string, std::string>;
 
-  void write(const State& state) const;
+  /// Writes the report: durable (fsynced) at the end of an action, not while it runs.
+  void write(const State& state, Durability durability) const;
   double wall_seconds() const;
   std::vector<ReportTable> collect_tables(std::vector<std::string>& problems) const;
 
