@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 namespace torchbus {
@@ -47,6 +48,32 @@ bool finite_on_host(const at::Tensor& tensor, bool& finite) {
   return true;
 }
 
+/// A float32 value, computed where `tensor` is, that is finite exactly when every element of the
+/// tensor is: a one-element float tensor's own value (no op), otherwise the sum of the elements
+/// times zero (0, or NaN when one is not finite; multiplied first, large finite values cannot
+/// overflow the sum). Two ops at most, where `isfinite().all()` takes five (ATen's isfinite is
+/// eq, abs, ne and mul), each a kernel launch on a GPU.
+at::Tensor finite_probe(const at::Tensor& tensor) {
+  auto values = tensor.detach();
+  if (values.is_complex()) values = at::view_as_real(values);
+  const auto type = values.scalar_type();
+  const bool fits_float = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
+  auto probe = values.numel() == 1 && fits_float ? values.reshape({}) : values.mul(0).sum();
+  return probe.scalar_type() == at::kFloat ? probe : probe.to(at::kFloat);
+}
+
+/// Which of the `count` probes at `values` (finite_probe) are finite.
+std::vector<bool> finite_flags(const float* values, std::size_t count) {
+  std::vector<bool> finite(count);
+  for (std::size_t i = 0; i < count; ++i) finite[i] = std::isfinite(values[i]);
+  return finite;
+}
+
+/// Whether every flag of `finite` is set.
+bool all_finite(const std::vector<bool>& finite) {
+  return std::find(finite.begin(), finite.end(), false) == finite.end();
+}
+
 }  // namespace
 
 TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options)
@@ -65,7 +92,8 @@ TerminateOnNaN::TerminateOnNaN(TerminateOnNaNOptions options)
 void TerminateOnNaN::on_action_start(State& state) {
   parameters_.clear();
   in_flight_.clear();
-  flags_.clear();
+  spare_.clear();
+  probes_.clear();
   checks_.clear();
   if (options_.check_gradients() && state.model != nullptr) {
     parameters_ = state.model->parameters();
@@ -74,10 +102,10 @@ void TerminateOnNaN::on_action_start(State& state) {
 
 void TerminateOnNaN::forget_earlier_steps(const State& state) noexcept {
   // Left over only when a step ended without its BeforeOptimizerStep (cancelled, skipped); the
-  // flags read there are cleared there, so what is left holds tensor checks, oldest first.
+  // probes read there are cleared there, so what is left holds tensor checks, oldest first.
   const auto window_start = state.global_batch - state.window_position;
   if (!checks_.empty() && checks_.front().global_batch < window_start) {
-    flags_.clear();
+    probes_.clear();
     checks_.clear();
   }
 }
@@ -96,63 +124,83 @@ void TerminateOnNaN::on_after_backward(State& state) {
     bool finite = true;
     if (finite_on_host(*tensor, finite)) {
       if (finite) continue;  // nothing left to read at BeforeOptimizerStep
-      // A constant false flag: reported like the others, in batch order.
-      flags_.push_back(at::zeros({}, at::kBool));
+      // A constant non-finite probe: reported like the others, in batch order.
+      probes_.push_back(at::full({}, std::numeric_limits<float>::quiet_NaN()));
+    } else if (c10::isIntegralType(tensor->scalar_type(), /*includeBool=*/true)) {
+      continue;  // integers are finite
     } else {
-      flags_.push_back(tensor->detach().isfinite().all());
+      probes_.push_back(finite_probe(*tensor));
     }
     checks_.push_back(Check{i, state.global_batch});
   }
 }
 
 void TerminateOnNaN::on_before_optimizer_step(State& state) {
-  // A GPU's flags of earlier steps first: a non-finite one stops the run at this step.
+  // A GPU's probes of earlier steps first: a non-finite one stops the run at this step.
   if (read_in_flight(state, /*wait=*/false)) {
-    flags_.clear();
+    probes_.clear();
     checks_.clear();
     return;
   }
   if (options_.check_gradients()) {
-    gradient_flags_.clear();
+    gradient_probes_.clear();
     for (const auto& parameter : parameters_) {
       const auto& grad = parameter.grad();
-      if (grad.defined()) gradient_flags_.push_back(grad.isfinite().all());
+      if (grad.defined()) gradient_probes_.push_back(finite_probe(grad));
     }
-    if (!gradient_flags_.empty()) {
-      flags_.push_back(at::stack(gradient_flags_).all());
+    if (!gradient_probes_.empty()) {
+      probes_.push_back(at::stack(gradient_probes_).sum());
       checks_.push_back(Check{options_.tensors().size(), -1});
     }
   }
-  if (flags_.empty()) return;
-  // Flags of the CPU beside a device's (a custom tensor on the host beside a GPU's loss) join the
+  if (probes_.empty()) return;
+  // Probes of the CPU beside a device's (a custom tensor on the host beside a GPU's loss) join the
   // device's, which are read without waiting for the device.
   auto device = c10::Device(c10::kCPU);
-  for (const auto& flag : flags_) {
-    if (!flag.device().is_cpu()) device = flag.device();
+  for (const auto& probe : probes_) {
+    if (!probe.device().is_cpu()) device = probe.device();
   }
-  for (auto& flag : flags_) flag = flag.to(device);
-  const auto stacked = at::stack(flags_);
+  for (auto& probe : probes_) probe = probe.to(device);
+  const auto stacked = probes_.size() == 1 ? probes_.front().reshape({1}) : at::stack(probes_);
   if (stacked.device().is_cpu()) {
-    // On the CPU the flags are computed by now: reading them waits for nothing.
-    if (!stacked.all().item<bool>()) {
-      report(state, stacked.contiguous().data_ptr<bool>(), checks_, state.step, state.epoch,
-             /*before_update=*/true);
+    // On the CPU the probes are computed by now: reading them waits for nothing.
+    const auto values = stacked.contiguous();
+    const auto finite = finite_flags(values.data_ptr<float>(), probes_.size());
+    if (!all_finite(finite)) {
+      report(state, finite, checks_, state.step, state.epoch, /*before_update=*/true);
     }
   } else {
     send_to_host(stacked, state);
   }
-  flags_.clear();
+  probes_.clear();
   checks_.clear();
 }
 
-void TerminateOnNaN::send_to_host(const at::Tensor& flags, const State& state) {
-  auto host = at::empty(flags.sizes(), flags.options().device(at::kCPU).pinned_memory(true));
-  host.copy_(flags, /*non_blocking=*/true);
-  const c10::impl::VirtualGuardImpl device(flags.device().type());
-  c10::Event copied(flags.device().type());
-  copied.record(device.getStream(flags.device()));
-  in_flight_.push_back(
-      InFlight{std::move(host), std::move(copied), checks_, state.step, state.epoch});
+void TerminateOnNaN::send_to_host(const at::Tensor& probes, const State& state) {
+  const auto reusable = [&](const InFlight& read) {
+    return read.host.sizes() == probes.sizes() &&
+           read.copied.device_type() == probes.device().type() &&
+           (!read.copied.was_marked_for_recording() ||
+            read.copied.device_index() == probes.device().index());
+  };
+  if (spare_.empty() || !reusable(spare_.back())) {
+    spare_.clear();
+    spare_.push_back(
+        InFlight{at::empty(probes.sizes(), probes.options().device(at::kCPU).pinned_memory(true)),
+                 c10::Event(probes.device().type()),
+                 {},
+                 0,
+                 0});
+  }
+  in_flight_.push_back(std::move(spare_.back()));
+  spare_.pop_back();
+  auto& flight = in_flight_.back();
+  flight.host.copy_(probes, /*non_blocking=*/true);
+  const c10::impl::VirtualGuardImpl device(probes.device().type());
+  flight.copied.record(device.getStream(probes.device()));
+  flight.checks.assign(checks_.begin(), checks_.end());
+  flight.step = state.step;
+  flight.epoch = state.epoch;
 }
 
 bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
@@ -165,9 +213,10 @@ bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
       std::this_thread::yield();
       continue;
     }
-    const auto* finite = oldest.host.data_ptr<bool>();
-    const auto count = static_cast<std::size_t>(oldest.host.numel());
-    if (std::all_of(finite, finite + count, [](bool flag) { return flag; })) {
+    const auto finite =
+        finite_flags(oldest.host.data_ptr<float>(), static_cast<std::size_t>(oldest.host.numel()));
+    if (all_finite(finite)) {
+      spare_.push_back(std::move(oldest));
       in_flight_.pop_front();
       continue;
     }
@@ -178,8 +227,9 @@ bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
   return false;
 }
 
-void TerminateOnNaN::report(State& state, const bool* finite, const std::vector<Check>& checks,
-                            std::int64_t step, std::int64_t epoch, bool before_update) {
+void TerminateOnNaN::report(State& state, const std::vector<bool>& finite,
+                            const std::vector<Check>& checks, std::int64_t step, std::int64_t epoch,
+                            bool before_update) {
   std::size_t bad = 0;
   while (finite[bad]) ++bad;
   const auto& check = checks[bad];
@@ -194,7 +244,7 @@ void TerminateOnNaN::report(State& state, const bool* finite, const std::vector<
   if (step == state.step && before_update) {
     outcome = "; the step's update was skipped and training stops";
   } else {
-    // A GPU's flags, read once they had reached the host.
+    // A GPU's probes, read once they had reached the host.
     outcome = detail::concat(
         "; read ", state.step - step,
         " step(s) later without waiting for the GPU: the updates of steps ", step, " to ",

@@ -171,6 +171,50 @@ BOOST_AUTO_TEST_CASE(a_named_tensor_other_than_the_loss) {
   BOOST_TEST(contains(trainer.state().stop_reason(), "tensor 'scores'"));
 }
 
+// Tensors the host cannot read in place (not contiguous, complex; a GPU's) are checked with tensor
+// ops: a float32 probe per tensor. Large finite values give no false alarm, also float64 ones
+// beyond float32's range, and every NaN or infinity is found.
+BOOST_AUTO_TEST_CASE(tensors_checked_with_tensor_ops_find_exactly_the_non_finite_ones) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto transposed = [](at::Tensor t) { return t.reshape({2, 3}).t(); };
+  struct Case {
+    std::string what;
+    at::Tensor tensor;
+    bool finite;
+  };
+  const std::vector<Case> cases = {
+      {"float32 at its maximum", transposed(torch::full({6}, std::numeric_limits<float>::max())),
+       true},
+      {"float64 beyond float32's range", transposed(torch::full({6}, 1e300, at::kDouble)), true},
+      {"an infinity in float32", transposed(torch::tensor({1.0, 2.0, 3.0, 4.0, 5.0, -inf})), false},
+      {"a NaN in bfloat16",
+       transposed(torch::tensor({1.0, nan, 3.0, 4.0, 5.0, 6.0}).to(at::kBFloat16)), false},
+      {"one complex number beyond float32's range",
+       torch::complex(torch::full({1}, 1e300, at::kDouble), torch::zeros({1}, at::kDouble)), true},
+      {"an infinite imaginary part",
+       torch::complex(torch::ones({3}), torch::tensor({0.0, inf, 0.0})), false},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      auto model = make_model();
+      torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+      Trainer trainer(model, sgd, cross_entropy,
+                      TrainerOptions().max_steps(1).use_registered_subscriptions(false));
+      trainer.set_train_step([&c](Trainer& t, Batch& batch) {
+        t.state().tensors.set("checked", c.tensor);
+        return t.compute_loss(t.forward(batch.data), batch.target);
+      });
+      trainer.add(
+          std::make_shared<TerminateOnNaN>(TerminateOnNaNOptions().tensors({"loss", "checked"})));
+      auto batches = make_batches(2, 4);
+      trainer.fit(batches);
+      BOOST_TEST(trainer.state().stop_requested() == !c.finite);
+      if (!c.finite) BOOST_TEST(contains(trainer.state().stop_reason(), "tensor 'checked'"));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(non_finite_gradient_with_a_finite_loss) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
