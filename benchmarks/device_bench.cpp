@@ -1,17 +1,25 @@
 // torchbus_device_bench: the training step on a device (a GPU, or the CPU), side by side in one
-// process: a hand-written LibTorch loop against the Trainer without subscribers, with a typical
+// process: a hand-written LibTorch loop (gradients set to none before each step, as LibTorch 2.x's
+// zero_grad() and the Trainer do) against the Trainer without subscribers, with a typical
 // set of built-ins, and with add_default_callbacks. MLP 784-256-256-10, batch 256, the data on
 // the device, float32, SGD (momentum 0.9) and Adam. Rounds alternate the variants' order; each
 // prints µs per step (median, min, max over rounds) and the median of its per-round ratio to the
 // hand loop of the same round. On CUDA (built against a LibTorch with CUDA headers) it also counts
-// host syncs per step with c10's sync-debug mode, in one more round per variant.
+// host syncs per step with c10's sync-debug mode, in one more round per variant. An epoch is 235
+// batches (MNIST's 60,000 samples at batch 256), so the measured steps include an epoch end, as a
+// user's do. With --profile, one more run of each Trainer variant prints where its host time went
+// (the Profiler's rows: the loop's phases and the slowest subscribers). With --ops, one more run
+// of each variant counts the operators LibTorch dispatches per step (each a kernel launch, and
+// several microseconds of host time, on a GPU), and prints those a Trainer variant dispatches more
+// or less often than the hand loop: a figure that does not depend on the machine's speed.
 //
 //   torchbus_device_bench [--device cuda:0|cpu] [--steps 300] [--rounds 7] [--optimizers sgd,adam]
-//                         [--variants hand,none,typical,defaults]
+//                         [--variants hand,none,typical,defaults] [--profile 1] [--ops 1]
 //
 // The last lines are name=value: device_<optimizer>_<variant>_us, ..._over_hand, ..._syncs.
 // scripts/device-check runs it beside benchmarks/python_device.py (Python and Lightning).
 
+#include <ATen/record_function.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torchbus/callbacks/callbacks.hpp>
@@ -29,11 +37,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -48,7 +58,12 @@ struct Options {
   int rounds = 7;
   std::vector<std::string> optimizers = {"sgd", "adam"};
   std::vector<std::string> variants = {"hand", "none", "typical", "defaults"};
+  bool profile = false;
+  bool ops = false;
 };
+
+/// Batches in an epoch: MNIST's 60,000 samples at batch 256.
+constexpr int kBatchesPerEpoch = 235;
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
@@ -73,6 +88,10 @@ Options parse(int argc, char** argv) {
       options.optimizers = split(value);
     } else if (flag == "--variants") {
       options.variants = split(value);
+    } else if (flag == "--profile") {
+      options.profile = value == "1";
+    } else if (flag == "--ops") {
+      options.ops = value == "1";
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
@@ -147,8 +166,42 @@ class SyncCounter {
 #endif
 };
 
+/// Counts the operators LibTorch dispatches on any thread, by name, while it runs
+/// (RecordFunction's callbacks).
+class OpCounter {
+ public:
+  void start() {
+    const std::lock_guard<std::mutex> lock(mutex());
+    counts().clear();
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                       -> std::unique_ptr<at::ObserverContext> {
+          const std::lock_guard<std::mutex> lock(mutex());
+          ++counts()[fn.name()];
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+  }
+  std::map<std::string, long> stop() {
+    at::removeCallback(handle_);
+    const std::lock_guard<std::mutex> lock(mutex());
+    return counts();
+  }
+
+ private:
+  static std::map<std::string, long>& counts() {
+    static std::map<std::string, long> by_name;
+    return by_name;
+  }
+  static std::mutex& mutex() {
+    static std::mutex guard;
+    return guard;
+  }
+  at::CallbackHandle handle_ = 0;
+};
+
 /// One measured run of `steps` steps of `variant`; returns µs per step. With `syncs`, counts the
-/// host syncs of the steps instead (the time is then not reported).
+/// host syncs of the steps instead (the time is then not reported), with `ops` the operators
+/// dispatched; with `profiler`, the Trainer variants run with it added.
 struct Measure {
   const Options& options;
   const c10::Device device;
@@ -156,26 +209,34 @@ struct Measure {
   fs::path scratch;
 
   double run(const std::string& variant, const std::string& optimizer_name,
-             SyncCounter* syncs = nullptr) const {
+             SyncCounter* syncs = nullptr,
+             const std::shared_ptr<torchbus::Profiler>& profiler = nullptr,
+             std::map<std::string, long>* ops = nullptr) const {
+    OpCounter op_counter;
     torch::manual_seed(0);
     auto model = make_mlp();
     model->to(device);
     auto optimizer = make_optimizer(optimizer_name, model);
     const auto warmup = std::min(20, options.steps);
     if (variant == "hand") {
+      auto parameters = model->parameters();
       auto step = [&](std::size_t i) {
         const auto& batch = batches[i % batches.size()];
-        optimizer->zero_grad();
+        // zero_grad() as LibTorch 2.x does it (set to none), also on 1.13, whose zero_grad()
+        // zeroes in place: the Trainer sets gradients to none as well.
+        for (auto& parameter : parameters) parameter.mutable_grad().reset();
         loss_of(model->forward(batch.data), batch.target).backward();
         optimizer->step();
       };
       for (int i = 0; i < warmup; ++i) step(static_cast<std::size_t>(i));
       wait_for(device);
       if (syncs != nullptr) syncs->start();
+      if (ops != nullptr) op_counter.start();
       const auto started = std::chrono::steady_clock::now();
       for (int i = 0; i < options.steps; ++i) step(static_cast<std::size_t>(i));
       wait_for(device);
       const auto elapsed = std::chrono::steady_clock::now() - started;
+      if (ops != nullptr) *ops = op_counter.stop();
       if (syncs != nullptr) return static_cast<double>(syncs->stop());
       return std::chrono::duration<double, std::micro>(elapsed).count() / options.steps;
     }
@@ -201,15 +262,18 @@ struct Measure {
     } else if (variant != "none") {
       throw std::invalid_argument("unknown variant " + variant);
     }
+    if (profiler) trainer.add(profiler);
     std::chrono::steady_clock::time_point started;
     trainer.on(torchbus::Event::StepStart, [&](torchbus::State& state) {
       if (state.step != warmup) return;
       wait_for(device);
       if (syncs != nullptr) syncs->start();
+      if (ops != nullptr) op_counter.start();
       started = std::chrono::steady_clock::now();
     });
     double result = 0.0;
     trainer.on(torchbus::Event::ActionEnd, [&](torchbus::State&) {
+      if (ops != nullptr) *ops = op_counter.stop();
       if (syncs != nullptr) {
         result = static_cast<double>(syncs->stop());
         return;
@@ -259,6 +323,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 16; ++i) {
     batches.emplace_back(torch::randn({256, 784}).to(device), torch::randint(10, {256}).to(device));
   }
+  for (int i = 16; i < kBatchesPerEpoch; ++i) batches.push_back(batches[i % 16]);  // shared tensors
   const auto scratch =
       fs::temp_directory_path() / ("torchbus_device_bench_" + std::to_string(::getpid()));
   Measure measure{options, device, batches, scratch};
@@ -287,6 +352,50 @@ int main(int argc, char** argv) {
         SyncCounter counter;
         syncs[optimizer + "_" + variant] =
             measure.run(variant, optimizer, &counter) / options.steps;
+      }
+    }
+  }
+  if (options.profile) {
+    for (const auto& variant : options.variants) {
+      if (variant == "hand") continue;
+      auto profiler = std::make_shared<torchbus::Profiler>(
+          torchbus::ProfilerOptions().log_table(false).warn_share(0));
+      measure.run(variant, options.optimizers.front(), nullptr, profiler);
+      std::printf("profile of %s_%s (host seconds per call):\n", options.optimizers.front().c_str(),
+                  variant.c_str());
+      int subscribers = 0;
+      for (const auto& row : profiler->rows()) {
+        if (row.kind == "subscriber" && ++subscribers > 8) continue;
+        std::printf("  %-10s %-28s %-16s %8lld %12.6f %12.1f us\n", row.kind.c_str(),
+                    row.name.c_str(), row.event.c_str(), static_cast<long long>(row.calls),
+                    row.total_seconds, row.mean_seconds() * 1e6);
+      }
+    }
+  }
+  if (options.ops) {
+    const auto& optimizer = options.optimizers.front();
+    std::map<std::string, std::map<std::string, long>> ops;
+    for (const auto& variant : options.variants) {
+      measure.run(variant, optimizer, nullptr, nullptr, &ops[variant]);
+    }
+    const auto per_step = [&](long count) { return static_cast<double>(count) / options.steps; };
+    for (const auto& [variant, counts] : ops) {
+      long total = 0;
+      for (const auto& [name, count] : counts) total += count;
+      std::printf("device_%s_%s_ops_per_step=%.2f\n", optimizer.c_str(), variant.c_str(),
+                  per_step(total));
+      if (variant == "hand" || ops.count("hand") == 0) continue;
+      std::map<std::string, long> difference;  // this variant's count minus the hand loop's
+      for (const auto& [name, count] : counts) difference[name] += count;
+      for (const auto& [name, count] : ops.at("hand")) difference[name] -= count;
+      std::vector<std::pair<std::string, long>> sorted(difference.begin(), difference.end());
+      std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+        return std::abs(a.second) > std::abs(b.second);
+      });
+      for (std::size_t i = 0; i < sorted.size() && i < 12; ++i) {
+        if (std::abs(per_step(sorted[i].second)) < 0.05) break;
+        std::printf("  %s: %+.2f per step against the hand loop\n", sorted[i].first.c_str(),
+                    per_step(sorted[i].second));
       }
     }
   }
