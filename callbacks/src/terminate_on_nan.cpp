@@ -160,7 +160,9 @@ void TerminateOnNaN::on_before_optimizer_step(State& state) {
   for (const auto& probe : probes_) {
     if (!probe.device().is_cpu()) device = probe.device();
   }
-  for (auto& probe : probes_) probe = probe.to(device);
+  for (auto& probe : probes_) {
+    if (probe.device() != device) probe = probe.to(device);
+  }
   const auto stacked = probes_.size() == 1 ? probes_.front().reshape({1}) : at::stack(probes_);
   if (stacked.device().is_cpu()) {
     // On the CPU the probes are computed by now: reading them waits for nothing.
