@@ -62,16 +62,12 @@ at::Tensor finite_probe(const at::Tensor& tensor) {
   return probe.scalar_type() == at::kFloat ? probe : probe.to(at::kFloat);
 }
 
-/// Which of the `count` probes at `values` (finite_probe) are finite.
-std::vector<bool> finite_flags(const float* values, std::size_t count) {
-  std::vector<bool> finite(count);
-  for (std::size_t i = 0; i < count; ++i) finite[i] = std::isfinite(values[i]);
-  return finite;
-}
-
-/// Whether every flag of `finite` is set.
-bool all_finite(const std::vector<bool>& finite) {
-  return std::find(finite.begin(), finite.end(), false) == finite.end();
+/// The position of the first of the `count` probes at `values` (finite_probe) that is not finite,
+/// or `count` when all are.
+std::size_t first_non_finite(const float* values, std::size_t count) {
+  return static_cast<std::size_t>(
+      std::find_if(values, values + count, [](float value) { return !std::isfinite(value); }) -
+      values);
 }
 
 }  // namespace
@@ -167,9 +163,9 @@ void TerminateOnNaN::on_before_optimizer_step(State& state) {
   if (stacked.device().is_cpu()) {
     // On the CPU the probes are computed by now: reading them waits for nothing.
     const auto values = stacked.contiguous();
-    const auto finite = finite_flags(values.data_ptr<float>(), probes_.size());
-    if (!all_finite(finite)) {
-      report(state, finite, checks_, state.step, state.epoch, /*before_update=*/true);
+    const auto bad = first_non_finite(values.data_ptr<float>(), probes_.size());
+    if (bad < probes_.size()) {
+      report(state, checks_[bad], state.step, state.epoch, /*before_update=*/true);
     }
   } else {
     send_to_host(stacked, state);
@@ -215,26 +211,22 @@ bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
       std::this_thread::yield();
       continue;
     }
-    const auto finite =
-        finite_flags(oldest.host.data_ptr<float>(), static_cast<std::size_t>(oldest.host.numel()));
-    if (all_finite(finite)) {
+    const auto count = static_cast<std::size_t>(oldest.host.numel());
+    const auto bad = first_non_finite(oldest.host.data_ptr<float>(), count);
+    if (bad == count) {
       spare_.push_back(std::move(oldest));
       in_flight_.pop_front();
       continue;
     }
-    report(state, finite, oldest.checks, oldest.step, oldest.epoch, before_update);
+    report(state, oldest.checks[bad], oldest.step, oldest.epoch, before_update);
     in_flight_.clear();
     return true;
   }
   return false;
 }
 
-void TerminateOnNaN::report(State& state, const std::vector<bool>& finite,
-                            const std::vector<Check>& checks, std::int64_t step, std::int64_t epoch,
+void TerminateOnNaN::report(State& state, const Check& check, std::int64_t step, std::int64_t epoch,
                             bool before_update) {
-  std::size_t bad = 0;
-  while (finite[bad]) ++bad;
-  const auto& check = checks[bad];
   std::string what;
   if (check.tensor == options_.tensors().size()) {
     what = "a gradient";

@@ -90,10 +90,10 @@ class TerminateOnNaN : public Callback {
     std::vector<Check> checks;  // what each probe is about
     std::int64_t step, epoch;   // the step they were computed in
   };
-  /// Reports the first non-finite value of `finite` (one per check, in `checks`' order) of `step`
-  /// and requests a stop; `before_update`: at BeforeOptimizerStep, whose update it skips.
-  void report(State& state, const std::vector<bool>& finite, const std::vector<Check>& checks,
-              std::int64_t step, std::int64_t epoch, bool before_update);
+  /// Reports the non-finite value `check` found in `step` and requests a stop; `before_update`: at
+  /// BeforeOptimizerStep, whose update it skips.
+  void report(State& state, const Check& check, std::int64_t step, std::int64_t epoch,
+              bool before_update);
   /// Reads the in-flight probes that have reached the host (all of them, waiting, with `wait`);
   /// returns whether one was not finite (then it has reported it).
   bool read_in_flight(State& state, bool wait);
