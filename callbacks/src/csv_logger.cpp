@@ -10,7 +10,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/system_error_text.hpp>
 
-#include "csv_rows.hpp"
+#include "csv_file_writer.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -132,7 +132,7 @@ void CsvLoggerOptions::validate() const {
 CsvLogger::CsvLogger(CsvLoggerOptions options)
     : Callback(options.name()), options_(std::move(options)) {
   set_role(Role::Logger).after(Role::Metrics);
-  out_.rows = std::make_unique<detail::CsvRows>();
+  out_.file = std::make_unique<detail::CsvFileWriter>();
   options_.validate();
   run_on_rank(0);  // one log per run, not one per process
   warned_.assign(options_.tensors_to_log().size(), false);
@@ -141,7 +141,7 @@ CsvLogger::CsvLogger(CsvLoggerOptions options)
 CsvLogger::~CsvLogger() {
   // An action that ended flushed its rows; this is for a logger destroyed in the middle of one.
   try {
-    flush_rows();
+    flush_rows(Flush::kWritten);
   } catch (const std::exception& error) {
     logger()->error("{}", error.what());
   }
@@ -157,8 +157,8 @@ void CsvLogger::on_action_start(State& /*state*/) {
 void CsvLogger::open(bool replace) {
   const fs::path& path = options_.path();
   const std::string who = "CsvLogger '" + name() + "'";
-  if (out_.file.is_open()) out_.file.close();
-  out_.rows = std::make_unique<detail::CsvRows>();
+  out_.file->close();
+  out_.file->rows() = detail::CsvRows();  // rows a failed write left behind are not this file's
   out_.header_pending = false;
   std::error_code error;
   if (path.has_parent_path()) {
@@ -194,17 +194,15 @@ void CsvLogger::open(bool replace) {
   std::vector<std::string> own = options_.tensors_to_log();
   own.emplace_back("lr");
   if (continuing) {
-    out_.file.open(path, std::ios::out | std::ios::app);
-    TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
-                   "' for appending: ", system_error_text(errno));
+    TORCHBUS_CHECK(out_.file->open(path, /*append=*/true, who), ConfigError, who, ": cannot open '",
+                   path.string(), "' for appending: ", system_error_text(errno));
     add_columns(own);     // widens the file if it lacks some of them
     reconciled_ = false;  // rows are checked against the resume point at the first EpochStart
   } else {
     columns_.assign(std::begin(kFixedColumns), std::end(kFixedColumns));
     columns_.insert(columns_.end(), own.begin(), own.end());
-    out_.file.open(path, std::ios::out | std::ios::trunc);
-    TORCHBUS_CHECK(out_.file.is_open(), ConfigError, who, ": cannot open '", path.string(),
-                   "' for writing: ", system_error_text(errno));
+    TORCHBUS_CHECK(out_.file->open(path, /*append=*/false, who), ConfigError, who,
+                   ": cannot open '", path.string(), "' for writing: ", system_error_text(errno));
     // Written with the first rows: metrics that appear before then need no rewrite.
     out_.header_pending = true;
     reconciled_ = true;
@@ -212,18 +210,25 @@ void CsvLogger::open(bool replace) {
   tensor_cols_.clear();
   for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
   lr_col_ = column_index("lr");
-  out_.rows->set_width(columns_.size() - kFixedCount);
+  out_.file->rows().set_width(columns_.size() - kFixedCount);
   out_.flushed_at = std::chrono::steady_clock::now();
 }
 
 void CsvLogger::on_action_end(State& /*state*/) {
   try {
-    flush_rows();
+    flush_rows(Flush::kWritten);
   } catch (...) {
-    out_.file.close();  // the error is thrown once, here
+    out_.file->close();  // the error is thrown once, here
     throw;
   }
-  if (out_.file.is_open()) out_.file.close();
+  out_.file->close();
+}
+
+void CsvLogger::reopen_for_appending() {
+  const std::string who = "CsvLogger '" + name() + "'";
+  TORCHBUS_CHECK(out_.file->open(options_.path(), /*append=*/true, who), Error, who,
+                 ": cannot reopen '", options_.path().string(),
+                 "' for appending: ", system_error_text(errno));
 }
 
 std::size_t CsvLogger::column_index(const std::string& name) {
@@ -343,16 +348,13 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
   if (extra.empty()) return;
   if (out_.header_pending) {
     // Nothing of this file is written yet: widen the recorded rows instead of the file.
-    out_.rows->widen(extra.size());
+    out_.file->rows().widen(extra.size());
   } else {
-    flush_rows();  // the rewrite copies the file, buffered rows included
-    const fs::path& path = options_.path();
-    out_.file.close();
-    rewrite(path, extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
-    out_.file.open(path, std::ios::out | std::ios::app);
-    TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
-                   path.string(), "' for appending: ", system_error_text(errno));
-    out_.rows->set_width(columns_.size() + extra.size() - kFixedCount);
+    flush_rows(Flush::kWritten);  // the rewrite copies the file, buffered rows included
+    out_.file->close();
+    rewrite(options_.path(), extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
+    reopen_for_appending();
+    out_.file->rows().set_width(columns_.size() + extra.size() - kFixedCount);
   }
   columns_.insert(columns_.end(), extra.begin(), extra.end());
 }
@@ -368,13 +370,11 @@ void CsvLogger::reconcile(const State& state) {
   const bool fresh = state.step == 0 && state.epoch == 0;
   const bool drop = !fresh && any_dropped(path, keep_before_resume, state.step, state.epoch);
   if (drop || existing.partial_last_line) {
-    flush_rows();
-    out_.file.close();
+    flush_rows(Flush::kWritten);
+    out_.file->close();
     const auto dropped = rewrite(path, {}, fresh ? nullptr : keep_before_resume, state.step,
                                  state.epoch, "CsvLogger '" + name() + "'");
-    out_.file.open(path, std::ios::out | std::ios::app);
-    TORCHBUS_CHECK(out_.file.is_open(), Error, "CsvLogger '", name(), "': cannot reopen '",
-                   path.string(), "' for appending: ", system_error_text(errno));
+    reopen_for_appending();
     if (existing.partial_last_line) {
       logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
                      path.string());
@@ -405,18 +405,18 @@ void CsvLogger::on_step_end(State& state) {
 }
 
 void CsvLogger::on_eval_start(State& /*state*/) {
-  flush_rows();  // rows do not wait while the evaluation runs
+  flush_rows(Flush::kInBackground);  // rows do not wait while the evaluation runs
 }
 
 void CsvLogger::begin_row(const char* kind, const State& state) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  out_.rows->begin(kind, state.step, state.epoch, ms);
+  out_.file->rows().begin(kind, state.step, state.epoch, ms);
 }
 
 void CsvLogger::set_cell(std::size_t column, double value) {
-  out_.rows->set(column - kFixedCount, value);
+  out_.file->rows().set(column - kFixedCount, value);
 }
 
 void CsvLogger::set_lr(const State& state) {
@@ -425,7 +425,7 @@ void CsvLogger::set_lr(const State& state) {
 }
 
 void CsvLogger::write_step_row(State& state) {
-  if (!out_.file.is_open()) return;
+  if (!out_.file->is_open()) return;
   begin_row("step", state);
   const auto& names = options_.tensors_to_log();
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -442,7 +442,7 @@ void CsvLogger::write_step_row(State& state) {
 }
 
 void CsvLogger::on_epoch_end(State& state) {
-  if (!out_.file.is_open()) return;
+  if (!out_.file->is_open()) return;
   // The metrics of this row: the ones named, or every one recorded during the epoch.
   std::vector<std::string> names;
   if (options_.epoch_metrics().empty()) {
@@ -470,32 +470,34 @@ void CsvLogger::on_epoch_end(State& state) {
 }
 
 void CsvLogger::flush_if_due() {
-  if (out_.rows->empty()) return;
+  if (out_.file->rows().empty()) return;
   const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - out_.flushed_at;
-  if (waited.count() >= options_.flush_secs()) flush_rows();
+  if (waited.count() >= options_.flush_secs()) flush_rows(Flush::kInBackground);
 }
 
-void CsvLogger::flush_rows() {
-  if (!out_.file.is_open()) return;
-  out_.text.clear();
+void CsvLogger::flush_rows(Flush flush) {
+  if (!out_.file->is_open()) return;
+  if (out_.file->rows().empty() && !out_.header_pending) {
+    if (flush == Flush::kWritten) out_.file->wait();
+    return;
+  }
+  std::string header;
   if (out_.header_pending) {
     for (std::size_t i = 0; i < columns_.size(); ++i) {
-      if (i != 0) out_.text += ',';
-      out_.text += csv_field(columns_[i]);
+      if (i != 0) header += ',';
+      header += csv_field(columns_[i]);
     }
-    out_.text += '\n';
+    header += '\n';
     out_.header_pending = false;
   }
-  out_.rows->format_into(out_.text);
-  out_.file << out_.text;
-  out_.file.flush();
+  // flush_secs 0 promises every row in the file when its hook returns.
+  const bool background = flush == Flush::kInBackground && options_.flush_secs() > 0.0;
+  out_.file->write(header, background);
   out_.flushed_at = std::chrono::steady_clock::now();
-  TORCHBUS_CHECK(out_.file.good(), Error, "CsvLogger '", name(), "': writing rows to '",
-                 options_.path().string(), "' failed: ", system_error_text(errno));
 }
 
 void CsvLogger::on_save_checkpoint(const Checkpoint& /*checkpoint*/) {
-  flush_rows();
+  flush_rows(Flush::kWritten);
 }
 
 }  // namespace torchbus

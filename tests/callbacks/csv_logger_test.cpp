@@ -223,7 +223,8 @@ BOOST_AUTO_TEST_CASE(rows_are_flushed_by_the_checkpoint_hook_not_by_save_state) 
 }
 
 // flush_secs is checked at every StepEnd, not only when a row is written: a row is not kept
-// in memory for the many steps until the next logged one.
+// in memory for the many steps until the next logged one. The rows handed over go to the file in
+// the background, so the file is read until they arrive (or 30 s pass).
 BOOST_AUTO_TEST_CASE(rows_are_flushed_once_flush_secs_passed_even_at_steps_without_a_row) {
   TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";
@@ -233,15 +234,82 @@ BOOST_AUTO_TEST_CASE(rows_are_flushed_once_flush_secs_passed_even_at_steps_witho
   run.trainer.on(Event::BatchStart, [](State& state) {
     if (state.step == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   });
+  const auto rows_within_30s = [&](std::size_t expected) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::size_t rows = read_csv(path).rows.size();
+    while (rows < expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      rows = read_csv(path).rows.size();
+    }
+    return rows;
+  };
   std::vector<std::size_t> rows_at_step_end;
   run.trainer.on(
-      Event::StepEnd, [&](State&) { rows_at_step_end.push_back(read_csv(path).rows.size()); }, 200);
+      Event::StepEnd,
+      [&](State& state) { rows_at_step_end.push_back(rows_within_30s(state.step == 3 ? 1 : 0)); },
+      200);
   auto train = make_batches(4, 4);
   run.trainer.fit(train);
   // Step 2's row waits (less than 2 s since the file was opened), step 3 has no row but comes
-  // more than 2 s later and flushes it.
+  // more than 2 s later and hands it over.
   BOOST_TEST(rows_at_step_end == (std::vector<std::size_t>{0, 0, 1, 1}),
              boost::test_tools::per_element());
+}
+
+// Handed over at every StepEnd (flush_secs a nanosecond), batches of rows are formatted and written
+// by background tasks one after another: the file holds every row once, in step order, each line
+// complete; the file read during the run only grows, by whole rows.
+BOOST_AUTO_TEST_CASE(rows_written_in_the_background_arrive_whole_once_and_in_order) {
+  TempDir dir("csv");
+  const auto path = dir.path / "metrics.csv";
+  Run run(TrainerOptions().max_epochs(3));
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).flush_secs(1e-9)));
+  std::vector<std::size_t> sizes;
+  run.trainer.on(
+      Event::StepEnd, [&](State&) { sizes.push_back(read_csv(path).text.size()); }, 200);
+  auto train = make_batches(40, 2);
+  run.trainer.fit(train);
+
+  BOOST_TEST(std::is_sorted(sizes.begin(), sizes.end()));
+  const Csv csv = read_csv(path);
+  BOOST_TEST(!csv.text.empty());
+  BOOST_TEST(csv.text.back() == '\n');
+  const auto steps = csv.of_kind("step");
+  BOOST_TEST_REQUIRE(steps.size() == 120u);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    BOOST_TEST(steps[i].at("step") == std::to_string(i + 1));
+    BOOST_TEST(!steps[i].at("step_loss").empty());
+  }
+  BOOST_TEST(csv.of_kind("epoch").size() == 3u);
+  for (const auto width : csv.widths) BOOST_TEST(width == csv.header.size());
+}
+
+// A write that fails (no space left on /dev/full), in the background or not, is thrown on the
+// training thread, naming the file, by the next hand-over or at ActionEnd: the logger's error
+// policy (Role::Logger: disable) disconnects it and the run completes.
+BOOST_AUTO_TEST_CASE(a_write_that_fails_in_the_background_is_thrown_naming_the_file) {
+  if (!fs::exists("/dev/full")) {
+    BOOST_TEST_MESSAGE("no /dev/full here; skipped");
+    return;
+  }
+  for (const double flush_secs : {1e-9, 3600.0, 0.0}) {
+    BOOST_TEST_CONTEXT("flush_secs " << flush_secs) {
+      Run run;
+      run.trainer.add(std::make_shared<CsvLogger>(
+          CsvLoggerOptions("/dev/full").step_freq(1).flush_secs(flush_secs)));
+      auto train = make_batches(3, 4);
+      CapturedLog log;
+      BOOST_CHECK_NO_THROW(run.trainer.fit(train));
+      BOOST_TEST(run.trainer.state().step == 3);
+      const auto& failures = run.trainer.bus().subscriber_failures();
+      BOOST_TEST_REQUIRE(failures.size() == 1u);
+      BOOST_TEST(failures[0].subscriber == "csv_logger");
+      BOOST_TEST(failures[0].disabled);
+      BOOST_TEST(has(failures[0].first_error,
+                     "CsvLogger 'csv_logger': writing rows to '/dev/full' failed"));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_metric_that_appears_later_widens_the_header_once) {

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -20,7 +19,7 @@
 namespace torchbus {
 
 namespace detail {
-class CsvRows;
+class CsvFileWriter;
 }  // namespace detail
 
 /// Where and what a CsvLogger writes, e.g. `CsvLoggerOptions("runs/a/metrics.csv").step_freq(10)`.
@@ -48,9 +47,10 @@ struct CsvLoggerOptions {
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;
-  /// Rows are buffered and handed to the operating system once this many seconds have passed since
-  /// the last time, checked at every StepEnd and EpochEnd (>= 0; 0: every row), and always at
-  /// EvalStart, ActionEnd and when a checkpoint is taken.
+  /// Rows are buffered and handed over once this many seconds have passed since the last time,
+  /// checked at every StepEnd and EpochEnd, and at EvalStart: a background task formats them and
+  /// hands them to the operating system. 0: every row is written before the hook returns, as are
+  /// the rows at ActionEnd and when a checkpoint is taken (>= 0).
   TORCH_ARG(double, flush_secs) = 1.0;
 
  public:
@@ -61,8 +61,9 @@ struct CsvLoggerOptions {
 /// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
 /// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
 /// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
-/// metrics in the order they first appear. Rows are flushed every `flush_secs`, at the end and
-/// before a checkpoint is written, so a killed run loses no row its checkpoint covers. See
+/// metrics in the order they first appear. Rows are recorded as numbers; every `flush_secs` a
+/// background task formats and writes them, and at the end and before a checkpoint is written they
+/// are written before the hook returns, so a killed run loses no row its checkpoint covers. See
 /// docs/builtin-callbacks-loggers.md for the layout, appending and resuming. Role::Logger, after
 /// Role::Metrics.
 class CsvLogger : public Callback {
@@ -99,11 +100,14 @@ class CsvLogger : public Callback {
 
  private:
   void open(bool replace);
+  void reopen_for_appending();
   void reconcile(const State& state);
   void write_step_row(State& state);
   void begin_row(const char* kind, const State& state);
+  /// How rows are handed to the file: written by a background task, or in the file on return.
+  enum class Flush { kInBackground, kWritten };
   void flush_if_due();
-  void flush_rows();
+  void flush_rows(Flush flush);
   std::size_t column_index(const std::string& name);
   void add_columns(const std::vector<std::string>& names);
   void set_cell(std::size_t column, double value);
@@ -112,11 +116,9 @@ class CsvLogger : public Callback {
   CsvLoggerOptions options_;
   /// What goes to the file.
   struct Output {
-    std::ofstream file;
-    std::unique_ptr<detail::CsvRows> rows;  // recorded, not yet handed to the OS
-    std::string text;                       // reused: the rows formatted at a flush
-    bool header_pending = false;            // the header goes before the first rows handed over
-    std::chrono::steady_clock::time_point flushed_at;  // rows were last handed to the OS
+    std::unique_ptr<detail::CsvFileWriter> file;  // the rows recorded, and the file they go to
+    bool header_pending = false;  // the header goes before the first rows handed over
+    std::chrono::steady_clock::time_point flushed_at;  // rows were last handed over
   };
   Output out_;
   std::vector<std::string> columns_;      // header

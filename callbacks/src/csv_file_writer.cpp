@@ -1,0 +1,72 @@
+#include "csv_file_writer.hpp"
+
+#include <torchbus/error.hpp>
+#include <torchbus/logging.hpp>
+#include <torchbus/system_error_text.hpp>
+
+#include <cerrno>
+#include <system_error>
+#include <utility>
+
+namespace torchbus::detail {
+
+CsvFileWriter::~CsvFileWriter() {
+  try {
+    wait();
+  } catch (const std::exception& error) {
+    logger()->error("{}", error.what());
+  }
+}
+
+bool CsvFileWriter::open(const std::filesystem::path& path, bool append, std::string who) {
+  close();
+  path_ = path;
+  who_ = std::move(who);
+  file_.clear();
+  file_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
+  open_ = file_.is_open();
+  return open_;
+}
+
+void CsvFileWriter::write(std::string_view prefix, bool background) {
+  wait();
+  text_.assign(prefix);
+  // The rows become the batch; recording goes on in the last batch's emptied buffers.
+  std::swap(batch_, rows_);
+  rows_.set_width(batch_.width());
+  if (background) {
+    try {
+      flight_ = std::async(std::launch::async, [this] { write_batch(); });
+      return;
+    } catch (const std::system_error&) {
+      // No thread to be had (resource_unavailable_try_again): the rows are written here.
+    }
+  }
+  write_batch();
+}
+
+void CsvFileWriter::write_batch() {
+  batch_.format_into(text_);
+  file_ << text_;
+  file_.flush();
+  TORCHBUS_CHECK(file_.good(), Error, who_, ": writing rows to '", path_.string(),
+                 "' failed: ", system_error_text(errno));
+}
+
+void CsvFileWriter::wait() {
+  if (flight_.valid()) flight_.get();  // invalid afterwards, also when it throws
+}
+
+void CsvFileWriter::close() {
+  try {
+    wait();
+  } catch (...) {
+    file_.close();
+    open_ = false;
+    throw;
+  }
+  if (open_) file_.close();
+  open_ = false;
+}
+
+}  // namespace torchbus::detail
