@@ -1,5 +1,6 @@
 #include "csv_file_writer.hpp"
 
+#include <spdlog/spdlog.h>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/system_error_text.hpp>
