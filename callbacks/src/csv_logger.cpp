@@ -37,6 +37,11 @@ bool is_reserved(const std::string& name) {
                              std::end(kFixedColumns);
 }
 
+/// How the logger's messages name it: "CsvLogger '<name>'".
+std::string who(const CsvLogger& logger) {
+  return "CsvLogger '" + logger.name() + "'";
+}
+
 /// A CSV field, quoted (RFC 4180) when it contains a separator, a quote or a line break.
 std::string csv_field(const std::string& field) {
   if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
@@ -156,7 +161,7 @@ void CsvLogger::on_action_start(State& /*state*/) {
 
 void CsvLogger::open(bool replace) {
   const fs::path& path = options_.path();
-  const std::string who = "CsvLogger '" + name() + "'";
+  const std::string who = torchbus::who(*this);
   out_.file->close();
   out_.file->rows() = detail::CsvRows();  // rows a failed write left behind are not this file's
   out_.header_pending = false;
@@ -225,7 +230,7 @@ void CsvLogger::on_action_end(State& /*state*/) {
 }
 
 void CsvLogger::reopen_for_appending() {
-  const std::string who = "CsvLogger '" + name() + "'";
+  const std::string who = torchbus::who(*this);
   TORCHBUS_CHECK(out_.file->open(options_.path(), /*append=*/true, who), Error, who,
                  ": cannot reopen '", options_.path().string(),
                  "' for appending: ", system_error_text(errno));
@@ -352,7 +357,7 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
   } else {
     flush_rows(Flush::kWritten);  // the rewrite copies the file, buffered rows included
     out_.file->close();
-    rewrite(options_.path(), extra, nullptr, 0, 0, "CsvLogger '" + name() + "'");
+    rewrite(options_.path(), extra, nullptr, 0, 0, who(*this));
     reopen_for_appending();
     out_.file->rows().set_width(columns_.size() + extra.size() - kFixedCount);
   }
@@ -373,7 +378,7 @@ void CsvLogger::reconcile(const State& state) {
     flush_rows(Flush::kWritten);
     out_.file->close();
     const auto dropped = rewrite(path, {}, fresh ? nullptr : keep_before_resume, state.step,
-                                 state.epoch, "CsvLogger '" + name() + "'");
+                                 state.epoch, who(*this));
     reopen_for_appending();
     if (existing.partial_last_line) {
       logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
