@@ -19,6 +19,8 @@ class CsvRows {
   std::size_t width() const noexcept { return width_; }
   /// Whether no row is recorded.
   bool empty() const noexcept { return starts_.empty(); }
+  /// The rows recorded.
+  std::size_t size() const noexcept { return starts_.size(); }
 
   /// Sets the value columns of rows recorded from now on; only while no row is recorded.
   void set_width(std::size_t width);

@@ -256,6 +256,40 @@ BOOST_AUTO_TEST_CASE(rows_are_flushed_once_flush_secs_passed_even_at_steps_witho
              boost::test_tools::per_element());
 }
 
+// A run shorter than flush_secs hands its rows over in batches of 128 while it runs, instead of
+// leaving them all for ActionEnd: with flush_secs an hour the file holds nothing at step 127, the
+// first 128 rows after step 128 (written in the background: read until they arrive), still only
+// those at step 255, and every row at the end.
+BOOST_AUTO_TEST_CASE(rows_are_handed_over_every_128_before_flush_secs_passed) {
+  TempDir dir("csv");
+  const auto path = dir.path / "metrics.csv";
+  Run run;
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).flush_secs(3600)));
+  const auto step_rows = [&] { return read_csv(path).of_kind("step").size(); };
+  std::map<std::int64_t, std::size_t> rows_at;
+  run.trainer.on(
+      Event::StepEnd,
+      [&](State& state) {
+        if (state.step == 127 || state.step == 255) rows_at[state.step] = step_rows();
+        if (state.step != 200) return;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (step_rows() < 128 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        rows_at[state.step] = step_rows();
+      },
+      200);
+  auto train = make_batches(300, 2);
+  run.trainer.fit(train);
+  BOOST_TEST(rows_at[127] == 0u);
+  BOOST_TEST(rows_at[200] == 128u);
+  BOOST_TEST(rows_at[255] == 128u);
+  const Csv csv = read_csv(path);
+  BOOST_TEST(csv.of_kind("step").size() == 300u);
+  BOOST_TEST(csv.of_kind("epoch").size() == 1u);
+}
+
 // Handed over at every StepEnd (flush_secs a nanosecond), batches of rows are formatted and written
 // by background tasks one after another: the file holds every row once, in step order, each line
 // complete; the file read during the run only grows, by whole rows.

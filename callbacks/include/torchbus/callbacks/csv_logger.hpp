@@ -47,10 +47,10 @@ struct CsvLoggerOptions {
   TORCH_ARG(std::vector<std::string>, epoch_metrics) = {};
   /// Continue an existing file (keeping its columns) instead of replacing it.
   TORCH_ARG(bool, append) = false;
-  /// Rows are buffered and handed over once this many seconds have passed since the last time,
-  /// checked at every StepEnd and EpochEnd, and at EvalStart: a background task formats them and
-  /// hands them to the operating system. 0: every row is written before the hook returns, as are
-  /// the rows at ActionEnd and when a checkpoint is taken (>= 0).
+  /// Rows are buffered and handed over once this many seconds have passed since the last time or
+  /// 128 rows are waiting, checked at every StepEnd and EpochEnd, and at EvalStart: a background
+  /// task formats them and hands them to the operating system. 0: every row is written before the
+  /// hook returns, as are the rows at ActionEnd and when a checkpoint is taken (>= 0).
   TORCH_ARG(double, flush_secs) = 1.0;
 
  public:
@@ -61,11 +61,11 @@ struct CsvLoggerOptions {
 /// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
 /// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
 /// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
-/// metrics in the order they first appear. Rows are recorded as numbers; every `flush_secs` a
-/// background task formats and writes them, and at the end and before a checkpoint is written they
-/// are written before the hook returns, so a killed run loses no row its checkpoint covers. See
-/// docs/builtin-callbacks-loggers.md for the layout, appending and resuming. Role::Logger, after
-/// Role::Metrics.
+/// metrics in the order they first appear. Rows are recorded as numbers; every `flush_secs` (or
+/// 128 rows) a background task formats and writes them, and at the end and before a checkpoint is
+/// written they are written before the hook returns, so a killed run loses no row its checkpoint
+/// covers. See docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
+/// Role::Logger, after Role::Metrics.
 class CsvLogger : public Callback {
  public:
   /// A logger named by its options; throws ConfigError for invalid options.
@@ -86,7 +86,7 @@ class CsvLogger : public Callback {
   /// At the first epoch of an action: drops the rows a resumed run will write again.
   void on_epoch_start(State& state) override;
   /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
-  /// `flush_secs` have passed since the last flush.
+  /// `flush_secs` have passed since the last flush or 128 rows are waiting.
   void on_step_end(State& state) override;
   /// Flushes the rows, so that they do not wait while the evaluation runs.
   void on_eval_start(State& state) override;
