@@ -2,6 +2,7 @@
 // FitLoop, EvaluationLoop, OptimizationStep, DistributedSync, EventFlow; checkpoint_io.cpp composes
 // their states); see docs/architecture.md.
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torchbus/distributed.hpp>
@@ -257,7 +258,7 @@ void Trainer::set_action(Action action) noexcept {
 void Trainer::prepare_run() {
   options_.validate();
   run_options_ = options_.effective();  // fast_dev_run's overrides hold for this action only
-  const auto device = run_options_.device();
+  auto device = run_options_.device();
   if (device.is_cuda()) {
     TORCHBUS_CHECK(torch::cuda::is_available(), ConfigError, "device ", device,
                    " was requested but CUDA is not available (this LibTorch has no CUDA support "
@@ -265,6 +266,9 @@ void Trainer::prepare_run() {
     TORCHBUS_CHECK(device.index() < static_cast<int>(torch::cuda::device_count()), ConfigError,
                    "device ", device, " was requested but only ", torch::cuda::device_count(),
                    " CUDA devices are visible");
+    // `torch::kCUDA` (no index) means the current CUDA device. state.device names it with its
+    // index, as the tensors moved there do, so a batch already on it skips `to()` at every step.
+    if (!device.has_index()) device = c10::impl::VirtualGuardImpl(device.type()).getDevice();
   } else {
     TORCHBUS_CHECK(device.is_cpu(), ConfigError, "device ", device,
                    " is not supported; expected cpu or cuda");

@@ -92,6 +92,27 @@ BOOST_AUTO_TEST_CASE(training_on_cuda_equals_the_cpu_run_within_float_tolerance)
   BOOST_TEST(largest_difference(snapshot(*cpu.model), snapshot(*gpu.model)) < 1e-4);
 }
 
+// `torch::kCUDA` without an index is the current device (cuda:0 in this process): state.device
+// names it with its index, as the model's parameters and the batch targets moved there do, and the
+// options keep what the user wrote.
+BOOST_AUTO_TEST_CASE(cuda_without_an_index_is_the_current_device_with_its_index) {
+  const auto batches = make_batches(4, 16);
+  DeviceRun run(c10::Device(c10::kCUDA), TrainerOptions().max_epochs(1));
+  std::vector<c10::Device> state_devices, target_devices;
+  run.trainer.on(Event::BatchEnd, [&](State& state) {
+    state_devices.push_back(state.device);
+    target_devices.push_back(state.batch_target().device());
+  });
+  run.trainer.fit(batches);
+  BOOST_TEST_REQUIRE(state_devices.size() == 4u);
+  for (std::size_t i = 0; i < state_devices.size(); ++i) {
+    BOOST_TEST(state_devices[i] == kGpu);
+    BOOST_TEST(target_devices[i] == kGpu);
+  }
+  BOOST_TEST(run.model->parameters().front().device() == kGpu);
+  BOOST_TEST(!run.trainer.options().device().has_index());
+}
+
 BOOST_AUTO_TEST_CASE(a_run_resumed_on_cuda_ends_bit_for_bit_where_the_uninterrupted_one_does) {
   const auto batches = make_batches(24, 16);
   const auto file = scratch("cuda_test", "resume") / "step8.tbckpt";
