@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 #include <torchbus/distributed.hpp>
 
+#include <utility>
+
 namespace train {
 
 Accuracy::Accuracy() : Callback("accuracy") {
@@ -41,7 +43,28 @@ void Accuracy::Tally::record(torchbus::State& state, std::string_view name) {
   if (all_seen > 0) state.record_metric(name, totals[0] / all_seen);
 }
 
+void Accuracy::save_state(torch::serialize::OutputArchive& archive) const {
+  archive.write("train_correct", train_.correct.defined() ? train_.correct.to(torch::kCPU)
+                                                          : torch::zeros({}, torch::kLong));
+  archive.write("train_seen", c10::IValue(train_.seen));
+}
+
+void Accuracy::load_state(torch::serialize::InputArchive& archive) {
+  at::Tensor correct;
+  archive.read("train_correct", correct);
+  c10::IValue seen;
+  archive.read("train_seen", seen);
+  train_.correct = correct;
+  train_.seen = seen.toInt();
+}
+
+void Accuracy::on_load_checkpoint(const torchbus::Checkpoint& checkpoint) {
+  resumed_mid_epoch_ = checkpoint.batch_in_epoch > 0 && checkpoint.world_size <= 1;
+  if (!resumed_mid_epoch_) train_.reset();
+}
+
 void Accuracy::on_epoch_start(torchbus::State&) {
+  if (std::exchange(resumed_mid_epoch_, false)) return;
   train_.reset();
 }
 void Accuracy::on_batch_end(torchbus::State& state) {

@@ -10,10 +10,19 @@ namespace train {
 /// batch_target()) without a host sync
 /// per batch; records "train_accuracy" at EpochEnd and "val_accuracy" at EvalEnd, over the
 /// samples of every rank when the trainer has a process group (one all-reduce each).
+/// The training epoch's tally goes into checkpoints: an epoch resumed mid-way by one process
+/// records the accuracy over all its batches, as the uninterrupted run does. A checkpoint holds
+/// rank 0's tally only, so a data-parallel run resumed mid-epoch counts that epoch from the resume.
 class Accuracy : public torchbus::Callback {
  public:
   /// A metric producer (Role::Metrics): runs before monitors, schedulers and loggers.
   Accuracy();
+  /// The training epoch's correct predictions and samples so far.
+  void save_state(torch::serialize::OutputArchive& archive) const override;
+  /// Restores what `save_state` wrote.
+  void load_state(torch::serialize::InputArchive& archive) override;
+  /// Keeps the restored tally for the epoch a run resumes mid-way by one process; else drops it.
+  void on_load_checkpoint(const torchbus::Checkpoint& checkpoint) override;
   void on_epoch_start(torchbus::State& state) override;
   void on_batch_end(torchbus::State& state) override;
   void on_epoch_end(torchbus::State& state) override;
@@ -30,6 +39,7 @@ class Accuracy : public torchbus::Callback {
     void record(torchbus::State& state, std::string_view name);
   };
   Tally train_, eval_;
+  bool resumed_mid_epoch_ = false;  // the next EpochStart continues the restored tally
 };
 
 }  // namespace train
