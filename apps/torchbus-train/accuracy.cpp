@@ -63,8 +63,11 @@ void Accuracy::on_load_checkpoint(const torchbus::Checkpoint& checkpoint) {
   if (!resumed_mid_epoch_) train_.reset();
 }
 
-void Accuracy::on_epoch_start(torchbus::State&) {
-  if (std::exchange(resumed_mid_epoch_, false)) return;
+void Accuracy::on_epoch_start(torchbus::State& state) {
+  // Several ranks resuming a one-process checkpoint would each count its tally.
+  const auto* group = state.process_group;
+  const bool one_process = group == nullptr || group->world_size() == 1;
+  if (std::exchange(resumed_mid_epoch_, false) && one_process) return;
   train_.reset();
 }
 void Accuracy::on_batch_end(torchbus::State& state) {

@@ -10,9 +10,10 @@ namespace train {
 /// batch_target()) without a host sync
 /// per batch; records "train_accuracy" at EpochEnd and "val_accuracy" at EvalEnd, over the
 /// samples of every rank when the trainer has a process group (one all-reduce each).
-/// The training epoch's tally goes into checkpoints: an epoch resumed mid-way by one process
-/// records the accuracy over all its batches, as the uninterrupted run does. A checkpoint holds
-/// rank 0's tally only, so a data-parallel run resumed mid-epoch counts that epoch from the resume.
+/// The training epoch's tally goes into checkpoints: an epoch that one process wrote and one
+/// process resumes mid-way records the accuracy over all its batches, as the uninterrupted run
+/// does. A checkpoint holds rank 0's tally only, so with several ranks on either side the resumed
+/// epoch is counted from the resume on.
 class Accuracy : public torchbus::Callback {
  public:
   /// A metric producer (Role::Metrics): runs before monitors, schedulers and loggers.
@@ -21,7 +22,7 @@ class Accuracy : public torchbus::Callback {
   void save_state(torch::serialize::OutputArchive& archive) const override;
   /// Restores what `save_state` wrote.
   void load_state(torch::serialize::InputArchive& archive) override;
-  /// Keeps the restored tally for the epoch a run resumes mid-way by one process; else drops it.
+  /// Keeps the restored tally for an epoch resumed mid-way from a one-process checkpoint.
   void on_load_checkpoint(const torchbus::Checkpoint& checkpoint) override;
   void on_epoch_start(torchbus::State& state) override;
   void on_batch_end(torchbus::State& state) override;
