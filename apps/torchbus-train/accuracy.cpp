@@ -50,10 +50,11 @@ void Accuracy::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void Accuracy::load_state(torch::serialize::InputArchive& archive) {
+  train_.reset();
+  // A checkpoint of an earlier torchbus-train holds no tally: the epoch counts from the resume.
   at::Tensor correct;
-  archive.read("train_correct", correct);
   c10::IValue seen;
-  archive.read("train_seen", seen);
+  if (!archive.try_read("train_correct", correct) || !archive.try_read("train_seen", seen)) return;
   train_.correct = correct;
   train_.seen = seen.toInt();
 }
