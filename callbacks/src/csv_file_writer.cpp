@@ -31,13 +31,14 @@ bool CsvFileWriter::open(const std::filesystem::path& path, bool append, std::st
 
 void CsvFileWriter::write(std::string_view prefix, bool background) {
   wait();
-  text_.assign(prefix);
+  text_.clear();
+  text_.append(prefix.data(), prefix.data() + prefix.size());
   // The rows become the batch; recording goes on in the last batch's emptied buffers.
   std::swap(batch_, rows_);
   rows_.set_width(batch_.width());
   if (background) {
     try {
-      flight_ = std::async(std::launch::async, [this] { write_batch(); });
+      thread_.start([this] { write_batch(); });
       return;
     } catch (const std::system_error&) {
       // No thread to be had (resource_unavailable_try_again): the rows are written here.
@@ -48,14 +49,14 @@ void CsvFileWriter::write(std::string_view prefix, bool background) {
 
 void CsvFileWriter::write_batch() {
   batch_.format_into(text_);
-  file_ << text_;
+  file_.write(text_.data(), static_cast<std::streamsize>(text_.size()));
   file_.flush();
   TORCHBUS_CHECK(file_.good(), Error, who_, ": writing rows to '", path_.string(),
                  "' failed: ", system_error_text(errno));
 }
 
 void CsvFileWriter::wait() {
-  if (flight_.valid()) flight_.get();  // invalid afterwards, also when it throws
+  thread_.wait();
 }
 
 void CsvFileWriter::close() {

@@ -3,11 +3,13 @@
 // Internal to torchbus::callbacks (not installed): the file a CsvLogger writes, its rows recorded
 // as numbers and formatted and written on a background task.
 
+#include "background_thread.hpp"
 #include "csv_rows.hpp"
+
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <string>
 #include <string_view>
 
@@ -15,7 +17,7 @@ namespace torchbus::detail {
 
 /// A CSV file that rows are recorded for (`rows`) and handed to in batches (`write`): a batch
 /// handed over in the background is formatted (CsvRows::format_into), written and flushed to the
-/// operating system by a task on another thread while the caller records the next rows. The next
+/// operating system by the writer's thread while the caller records the next rows. The next
 /// hand-over, `wait` and `close` wait for it first, so batches reach the file in order and at most
 /// one is in flight. The recorded rows and the batch swap buffers: in a steady run a hand-over
 /// allocates nothing. A write error is thrown (as Error naming `who` and the file) by the
@@ -53,11 +55,11 @@ class CsvFileWriter {
   std::filesystem::path path_;
   std::string who_;
   std::ofstream file_;
-  bool open_ = false;         // file_ is open; changed by the caller's thread only
-  CsvRows rows_;              // recorded, not yet handed over
-  CsvRows batch_;             // the rows in flight, or the emptied buffers of the last batch
-  std::string text_;          // the batch's text: its prefix, then its rows
-  std::future<void> flight_;  // the task writing batch_, if any
+  bool open_ = false;        // file_ is open; changed by the caller's thread only
+  CsvRows rows_;             // recorded, not yet handed over
+  CsvRows batch_;            // the rows in flight, or the emptied buffers of the last batch
+  fmt::memory_buffer text_;  // the batch's text: its prefix, then its rows
+  BackgroundThread thread_;  // writes batch_ when handed over in the background
 };
 
 }  // namespace torchbus::detail

@@ -5,7 +5,6 @@
 #include <torchbus/error.hpp>
 
 #include <algorithm>
-#include <iterator>
 
 namespace torchbus::detail {
 
@@ -40,18 +39,18 @@ void CsvRows::widen(std::size_t extra) {
   width_ = width;
 }
 
-void CsvRows::format_into(std::string& text) {
-  auto out = std::back_inserter(text);
+void CsvRows::format_into(fmt::memory_buffer& text) {
+  auto out = fmt::appender(text);
   for (std::size_t row = 0; row < starts_.size(); ++row) {
     const Start& start = starts_[row];
     // The wall time as seconds with milliseconds, from integers.
     fmt::format_to(out, FMT_COMPILE("{},{},{},{}.{:03}"), start.kind, start.step, start.epoch,
                    start.wall_ms / 1000, start.wall_ms % 1000);
     for (std::size_t column = row * width_; column < (row + 1) * width_; ++column) {
-      text += ',';
+      text.push_back(',');
       if (present_[column]) fmt::format_to(out, FMT_COMPILE("{}"), values_[column]);
     }
-    text += '\n';
+    text.push_back('\n');
   }
   starts_.clear();
   values_.clear();

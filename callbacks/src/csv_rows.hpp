@@ -3,8 +3,9 @@
 // Internal to torchbus::callbacks (not installed): the rows a CsvLogger has recorded but not yet
 // written.
 
+#include <fmt/format.h>
+
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace torchbus::detail {
@@ -33,7 +34,7 @@ class CsvRows {
   void widen(std::size_t extra);
   /// Appends the recorded rows as CSV lines to `text` (numbers in the shortest form that reads
   /// back as the same double, an empty cell where no value was set) and forgets them.
-  void format_into(std::string& text);
+  void format_into(fmt::memory_buffer& text);
 
  private:
   struct Start {

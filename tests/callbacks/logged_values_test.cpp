@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
+#include <support/errors.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/state.hpp>
@@ -16,10 +17,6 @@ using namespace torchbus;
 using namespace torchbus::testing;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 /// Options of an optimizer that does not say its learning rate (get_lr is not overridden).
 struct NoLrOptions : torch::optim::OptimizerCloneableOptions<NoLrOptions> {};
