@@ -49,10 +49,14 @@ void CsvFileWriter::write(std::string_view prefix, bool background) {
 
 void CsvFileWriter::write_batch() {
   batch_.format_into(text_);
+  // A stream that failed before writes nothing and sets no errno: say so rather than name
+  // whatever errno holds.
+  const bool failed_before = !file_.good();
+  errno = 0;
   file_.write(text_.data(), static_cast<std::streamsize>(text_.size()));
   file_.flush();
-  TORCHBUS_CHECK(file_.good(), Error, who_, ": writing rows to '", path_.string(),
-                 "' failed: ", system_error_text(errno));
+  TORCHBUS_CHECK(file_.good(), Error, who_, ": writing rows to '", path_.string(), "' failed: ",
+                 failed_before ? "an earlier write to it failed" : system_error_text(errno));
 }
 
 void CsvFileWriter::wait() {
