@@ -371,9 +371,10 @@ void FitLoop::restore(const FitProgress& progress) {
   check_deferred_in_epoch_ = -1;
   if (resharded_from_ > 0) {
     logger()->info(
-        "resuming a checkpoint of {} ranks on {}: epoch {} continues after its first {} batches "
-        "per rank, each sample of the epoch's order used once{}",
-        resharded_from_, ranks_here, progress.epoch, progress.batch_in_epoch,
+        "resuming a checkpoint of {} rank{} on {}: epoch {} continues after its first {} "
+        "batches per rank, each sample of the epoch's order used once{}",
+        resharded_from_, resharded_from_ == 1 ? "" : "s", ranks_here, progress.epoch,
+        progress.batch_in_epoch,
         expected_batch_samples_ > 0 ? detail::concat(" (a batch across the ranks stays ",
                                                      expected_batch_samples_, " samples)")
                                     : std::string());

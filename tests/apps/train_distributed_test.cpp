@@ -412,7 +412,7 @@ BOOST_AUTO_TEST_CASE(another_split_on_the_same_ranks_is_refused_before_anything_
   const auto again = run(with({"--batch-size", "64", "--resume"}), work.path / "b.log");
   BOOST_TEST(again.status == 1, again.output);
   BOOST_TEST(has(again.output,
-                 "it was written by 1 ranks with --accumulate 2; on the same number "
+                 "it was written by 1 rank with --accumulate 2; on the same number "
                  "of ranks a resume keeps --batch-size and --accumulate"),
              again.output);
   BOOST_TEST(read_text(out / "summary.json") == summary);
