@@ -65,10 +65,12 @@ void Accuracy::on_load_checkpoint(const torchbus::Checkpoint& checkpoint) {
 }
 
 void Accuracy::on_epoch_start(torchbus::State& state) {
-  // Several ranks resuming a one-process checkpoint would each count its tally.
+  // A one-process checkpoint's tally covers every sample of the epoch so far. Resumed on several
+  // ranks, rank 0 goes on from it and the others from zero: the epoch end's sum over the ranks
+  // is then the tally of the whole epoch.
   const auto* group = state.process_group;
-  const bool one_process = group == nullptr || group->world_size() == 1;
-  if (std::exchange(resumed_mid_epoch_, false) && one_process) return;
+  const bool first_rank = group == nullptr || group->rank() == 0;
+  if (std::exchange(resumed_mid_epoch_, false) && first_rank) return;
   train_.reset();
 }
 void Accuracy::on_batch_end(torchbus::State& state) {

@@ -10,10 +10,10 @@ namespace train {
 /// batch_target()) without a host sync
 /// per batch; records "train_accuracy" at EpochEnd and "val_accuracy" at EvalEnd, over the
 /// samples of every rank when the trainer has a process group (one all-reduce each).
-/// The training epoch's tally goes into checkpoints: an epoch that one process wrote and one
-/// process resumes mid-way records the accuracy over all its batches, as the uninterrupted run
-/// does. A checkpoint holds rank 0's tally only, so with several ranks on either side the resumed
-/// epoch is counted from the resume on.
+/// The training epoch's tally goes into checkpoints: an epoch that one process wrote and one or
+/// several ranks resume mid-way records the accuracy over all its batches, as the uninterrupted
+/// run does. A checkpoint of several ranks holds rank 0's tally only, so an epoch they wrote and
+/// anyone resumes is counted from the resume on.
 class Accuracy : public torchbus::Callback {
  public:
   /// A metric producer (Role::Metrics): runs before monitors, schedulers and loggers.
