@@ -149,6 +149,46 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
   return found;
 }
 
+/// torchbus-train's flags for the tests that resume on another number of ranks, with --out
+/// `directory` and `extra`: 300 steps (128 an epoch at a global batch of 64) of a wider MLP, so
+/// that a SIGKILL after step 30 comes in epoch 0 however fast the machine; checkpoints every 20.
+std::vector<std::string> resharding_flags(const fs::path& directory,
+                                          const std::vector<std::string>& extra) {
+  std::vector<std::string> arguments{"--epochs",
+                                     "3",
+                                     "--max-steps",
+                                     "300",
+                                     "--checkpoint-every",
+                                     "20",
+                                     "--hidden",
+                                     "256",
+                                     "256",
+                                     "--log-every",
+                                     "1",
+                                     "--threads",
+                                     "1",
+                                     "--no-progress",
+                                     "--out",
+                                     directory.string()};
+  arguments.insert(arguments.end(), extra.begin(), extra.end());
+  return arguments;
+}
+
+/// Checks that `run`/model.pt holds the names of `reference`/model.pt and its weights within
+/// float rounding (1e-5).
+void check_weights_within_rounding(const fs::path& reference, const fs::path& run) {
+  const auto expected = torchbus::read_state_dict(reference / "model.pt");
+  const auto weights = torchbus::read_state_dict(run / "model.pt");
+  BOOST_TEST_REQUIRE(weights.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    BOOST_TEST_CONTEXT(expected[i].first) {
+      BOOST_TEST(weights[i].first == expected[i].first);
+      BOOST_TEST(torch::allclose(weights[i].second, expected[i].second, /*rtol=*/0,
+                                 /*atol=*/1e-5));
+    }
+  }
+}
+
 /// The train_accuracy of every epoch row of a metrics.csv (NaN where a row has none).
 std::vector<double> epoch_train_accuracies(const fs::path& csv) {
   std::istringstream in(read_text(csv));
@@ -364,17 +404,7 @@ BOOST_AUTO_TEST_CASE(kill_and_resume_on_two_ranks_ends_bitwise_as_an_uninterrupt
 BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_global_batch) {
   TempDir work("train_distributed");
   const auto reference = work.path / "uninterrupted", out = work.path / "killed";
-  // 300 steps (128 an epoch at a global batch of 64) of a wider MLP, so that the SIGKILL after
-  // step 30 comes mid-run however fast the machine; checkpoints every 20.
-  const std::vector<std::string> flags{
-      "--epochs", "3",   "--max-steps", "300", "--checkpoint-every", "20", "--hidden",
-      "256",      "256", "--log-every", "1",   "--threads",          "1",  "--no-progress"};
-  auto with = [&](const fs::path& directory, std::vector<std::string> extra) {
-    auto arguments = flags;
-    arguments.insert(arguments.end(), {"--out", directory.string()});
-    arguments.insert(arguments.end(), extra.begin(), extra.end());
-    return arguments;
-  };
+  const auto with = resharding_flags;
   const TorchrunPair whole(with(reference, {"--batch-size", "32"}), work.path / "whole_logs");
   BOOST_TEST_REQUIRE(whole.wait(0).status == 0, read_text(whole.log(0)));
   BOOST_TEST_REQUIRE(whole.wait(1).status == 0, read_text(whole.log(1)));
@@ -404,16 +434,7 @@ BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_glob
   BOOST_TEST(segments[1].at("first_step").get<int>() % 20 == 0);
   BOOST_TEST(segments[1].at("world_size").get<int>() == 1);
   BOOST_TEST(segments[1].at("batch_size").get<int>() == 64);
-  const auto expected = torchbus::read_state_dict(reference / "model.pt");
-  const auto resumed = torchbus::read_state_dict(out / "model.pt");
-  BOOST_TEST_REQUIRE(resumed.size() == expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    BOOST_TEST_CONTEXT(expected[i].first) {
-      BOOST_TEST(resumed[i].first == expected[i].first);
-      BOOST_TEST(torch::allclose(resumed[i].second, expected[i].second, /*rtol=*/0,
-                                 /*atol=*/1e-5));
-    }
-  }
+  check_weights_within_rounding(reference, out);
 }
 
 // One process of batch 64, SIGKILLed mid-epoch, resumed by two ranks of batch 32 (the same global
@@ -423,16 +444,7 @@ BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_glob
 BOOST_AUTO_TEST_CASE(a_run_killed_in_one_process_resumes_on_two_ranks_with_the_same_global_batch) {
   TempDir work("train_distributed");
   const auto reference = work.path / "uninterrupted", out = work.path / "killed";
-  // 300 steps, 128 an epoch at batch 64: the SIGKILL after step 30 comes in epoch 0.
-  const std::vector<std::string> flags{
-      "--epochs", "3",   "--max-steps", "300", "--checkpoint-every", "20", "--hidden",
-      "256",      "256", "--log-every", "1",   "--threads",          "1",  "--no-progress"};
-  auto with = [&](const fs::path& directory, std::vector<std::string> extra) {
-    auto arguments = flags;
-    arguments.insert(arguments.end(), {"--out", directory.string()});
-    arguments.insert(arguments.end(), extra.begin(), extra.end());
-    return arguments;
-  };
+  const auto with = resharding_flags;
   const auto whole =
       run(train_command(with(reference, {"--batch-size", "64"})), work.path / "whole.log");
   BOOST_TEST_REQUIRE(whole.status == 0, whole.output);
@@ -459,15 +471,7 @@ BOOST_AUTO_TEST_CASE(a_run_killed_in_one_process_resumes_on_two_ranks_with_the_s
   const auto summary = read_text(out / "summary.json");
   BOOST_TEST(json_number(summary, "steps") == 300);
   BOOST_TEST(json_number(summary, "world_size") == 2);
-  const auto expected = torchbus::read_state_dict(reference / "model.pt");
-  const auto weights = torchbus::read_state_dict(out / "model.pt");
-  BOOST_TEST_REQUIRE(weights.size() == expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    BOOST_TEST_CONTEXT(expected[i].first) {
-      BOOST_TEST(torch::allclose(weights[i].second, expected[i].second, /*rtol=*/0,
-                                 /*atol=*/1e-5));
-    }
-  }
+  check_weights_within_rounding(reference, out);
   // Within a few of the epoch's 8,192 predictions: rounding may flip a near tie.
   const auto accuracies = epoch_train_accuracies(out / "metrics.csv");
   const auto reference_accuracies = epoch_train_accuracies(reference / "metrics.csv");
