@@ -14,7 +14,6 @@
 
 #include <fstream>
 #include <optional>
-#include <string>
 #include <vector>
 
 namespace train {
@@ -52,11 +51,6 @@ RunStart start_fresh(const RunDirectoryRequest& request, const std::vector<std::
   return {};
 }
 
-/// "1 rank", "2 ranks".
-std::string ranks_text(std::int64_t ranks) {
-  return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
-}
-
 /// Refuses, before anything changes, a resume whose split of the global batch the trainer would
 /// refuse: another --accumulate on the same number of ranks, or another --accumulate on other
 /// ranks with --limit-train-batches counted in batches (it would cover other samples).
@@ -64,14 +58,14 @@ void check_split(const torchbus::Checkpoint& checkpoint, const RunDirectoryReque
   const auto ranks = checkpoint.world_size, k = checkpoint.accumulate_grad_batches;
   if (!now.by_global_batch || ranks == 0 || k == 0 || k == now.accumulate) return;
   TORCHBUS_CHECK(ranks != now.world_size, torchbus::CheckpointError, "cannot resume from ",
-                 checkpoint.path.string(), ": it was written by ", ranks_text(ranks),
-                 " with --accumulate ", k,
+                 checkpoint.path.string(), ": it was written by ",
+                 torchbus::detail::count_of(ranks, "rank"), " with --accumulate ", k,
                  "; on the same number of ranks a resume keeps --batch-size and --accumulate "
                  "(another split of the global batch is for another number of ranks)");
   TORCHBUS_CHECK(!now.limit_counts_batches, torchbus::CheckpointError, "cannot resume from ",
                  checkpoint.path.string(), ": it was written with --accumulate ", k, " on ",
-                 ranks_text(ranks), "; with --accumulate ", now.accumulate, " on ",
-                 ranks_text(now.world_size),
+                 torchbus::detail::count_of(ranks, "rank"), "; with --accumulate ", now.accumulate,
+                 " on ", torchbus::detail::count_of(now.world_size, "rank"),
                  ", --limit-train-batches (batches per rank) would cover other samples; give "
                  "it as a fraction, or keep --accumulate");
 }

@@ -195,11 +195,11 @@ void FitLoop::count_batch_samples() {
       return;
     }
     const auto k = state.accumulate_grad_batches;
-    TORCHBUS_CHECK(samples == expected_batch_samples_, DataError, "resumed on ", state.world_size,
-                   " ranks from a checkpoint of ", resharded_from_, ": a step here takes ",
-                   samples * k, " samples (", state.world_size, " ranks x ", per_rank,
-                   " per batch x ", k, " batches per step), the checkpoint's run took ",
-                   expected_batch_samples_ * k,
+    TORCHBUS_CHECK(samples == expected_batch_samples_, DataError, "resumed on ",
+                   detail::count_of(state.world_size, "rank"), " from a checkpoint of ",
+                   resharded_from_, ": a step here takes ", samples * k, " samples (",
+                   detail::count_of(state.world_size, "rank"), " x ", per_rank, " per batch x ", k,
+                   " batches per step), the checkpoint's run took ", expected_batch_samples_ * k,
                    "; resuming on another number of ranks needs the same global batch (per-rank "
                    "batch x ranks x accumulate_grad_batches)");
   }
@@ -332,8 +332,8 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
     // A batch count per rank means other samples once a step is split otherwise.
     if (k != k_here && !configured.limit_train_batches().is_all() &&
         !configured.limit_train_batches().needs_size()) {
-      reader.fail("was written with accumulate_grad_batches ", k, " on ", ranks,
-                  " ranks; resuming on ", ranks_here, " with ", k_here,
+      reader.fail("was written with accumulate_grad_batches ", k, " on ",
+                  detail::count_of(ranks, "rank"), "; resuming on ", ranks_here, " with ", k_here,
                   " would change what limit_train_batches ",
                   configured.limit_train_batches().to_string(),
                   " (batches per rank) covers; give it as a fraction, or keep k");
@@ -347,9 +347,10 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
     // A step keeps the checkpoint's global batch: each batch across the ranks holds G / k_here.
     const auto global = progress.batch_samples * k;
     if (global % k_here != 0) {
-      reader.fail("holds steps of ", global, " samples (", ranks, " ranks x ",
+      reader.fail("holds steps of ", global, " samples (", detail::count_of(ranks, "rank"), " x ",
                   progress.batch_samples / ranks, " per batch x ", k, " batches); ", k_here,
-                  " batches per step on ", ranks_here, " ranks cannot split that evenly");
+                  " batches per step on ", detail::count_of(ranks_here, "rank"),
+                  " cannot split that evenly");
     }
     progress.expected_batch_samples = global / k_here;
   }
@@ -371,9 +372,9 @@ void FitLoop::restore(const FitProgress& progress) {
   check_deferred_in_epoch_ = -1;
   if (resharded_from_ > 0) {
     logger()->info(
-        "resuming a checkpoint of {} rank{} on {}: epoch {} continues after its first {} "
-        "batches per rank, each sample of the epoch's order used once{}",
-        resharded_from_, resharded_from_ == 1 ? "" : "s", ranks_here, progress.epoch,
+        "resuming a checkpoint of {} on {}: epoch {} continues after its first {} batches per "
+        "rank, each sample of the epoch's order used once{}",
+        detail::count_of(resharded_from_, "rank"), ranks_here, progress.epoch,
         progress.batch_in_epoch,
         expected_batch_samples_ > 0 ? detail::concat(" (a batch across the ranks stays ",
                                                      expected_batch_samples_, " samples)")

@@ -52,6 +52,11 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 
+/// `count` and `noun`, plural unless `count` is 1: "1 rank", "2 ranks" (nouns that take an "s").
+inline std::string count_of(long long count, const std::string& noun) {
+  return std::to_string(count) + ' ' + noun + (count == 1 ? "" : "s");
+}
+
 /// "a, b, c", or "none" for an empty list: the names an error message offers instead.
 inline std::string join_or_none(const std::vector<std::string>& names) {
   if (names.empty()) return "none";
