@@ -41,7 +41,8 @@ void CsvFileWriter::write(std::string_view prefix, bool background) {
       thread_.start([this] { write_batch(); });
       return;
     } catch (const std::system_error&) {
-      // No thread to be had (resource_unavailable_try_again): the rows are written here.
+      // No thread to be had (resource_unavailable_try_again): the rows are written here. (The
+      // last batch's failure, which `start` would rethrow, was thrown by `wait` above.)
     }
   }
   write_batch();

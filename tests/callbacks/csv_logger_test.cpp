@@ -348,7 +348,14 @@ BOOST_AUTO_TEST_CASE(a_write_that_fails_in_the_background_is_thrown_naming_the_f
         BOOST_TEST(failures[0].disabled);
         BOOST_TEST(has(failures[0].first_error, failed + "No space left on device"));
       }
-      for (const auto& message : log.messages("error", failed)) {
+      // With a hand-over at every step the failure is thrown at step 2's, whose row then stays
+      // recorded: the destructor reports it.
+      const auto errors = log.messages("error", failed);
+      if (flush_secs == 1e-9) {
+        BOOST_TEST(std::count(errors.begin(), errors.end(),
+                              failed + "an earlier write to it failed") == 1);
+      }
+      for (const auto& message : errors) {
         BOOST_TEST((contains(message, failed + "No space left on device") ||
                     contains(message, failed + "an earlier write to it failed")),
                    message);
