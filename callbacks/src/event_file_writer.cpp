@@ -193,16 +193,17 @@ struct EventFileWriter::Impl {
   std::FILE* file = nullptr;
   std::size_t capacity = 0;
 
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::condition_variable work;   // the thread waits: an event was queued, or it should stop
   std::condition_variable space;  // producers wait: room in the queue; flush waits: idle
   std::deque<QueuedEvent> queue;
-  bool writing = false;   // the thread holds an event it took from the queue
-  bool stopping = false;  // close() asked the thread to finish
-  bool closed = false;
-  bool wake = false;          // write now: the queue is half full, or flush asked
-  std::string error;          // the first write error (empty: none)
-  bool error_thrown = false;  // `error` was thrown once by flush or close
+  bool writing = false;        // the thread holds an event it took from the queue
+  bool stopping = false;       // the destructor asked the thread to finish
+  bool closed = true;          // no file is open
+  bool wake = false;           // write now: the queue is half full, or flush asked
+  bool between_files = false;  // the thread sleeps until a file is opened
+  std::string error;           // the first write error (empty: none)
+  bool error_thrown = false;   // `error` was thrown once by flush or close
   std::thread thread;
 
   std::vector<std::string> scalar_tags;  // the tags of add_scalars, by index
@@ -213,6 +214,8 @@ struct EventFileWriter::Impl {
   std::string record;
 
   void run();
+  /// Opens `new_path` and queues its first record; returns whether the thread must be woken.
+  bool start_file(std::string new_path);
   std::string write(const QueuedEvent& queued);
   std::string write_scalars(const std::vector<ScalarPoint>& points);
   std::string write_record(const tensorboard::Event& event);
@@ -235,17 +238,9 @@ EventFileWriter::EventFileWriter(std::string path, std::size_t queue_capacity,
     : impl_(std::make_unique<Impl>()) {
   TORCHBUS_CHECK(queue_capacity >= 1, ConfigError,
                  "EventFileWriter: queue_capacity must be >= 1, got ", queue_capacity);
-  impl_->path = std::move(path);
   impl_->capacity = queue_capacity;
   impl_->scalar_tags = std::move(scalar_tags);
-  errno = 0;
-  impl_->file = std::fopen(impl_->path.c_str(), "wb");
-  TORCHBUS_CHECK(impl_->file != nullptr, ConfigError, "cannot create the event file '", impl_->path,
-                 "': ", system_error_text(errno));
-  QueuedEvent first;
-  first.kind = QueuedEvent::Kind::FileVersion;
-  first.wall_time = wall_time_now();
-  impl_->queue.push_back(std::move(first));
+  impl_->start_file(std::move(path));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
@@ -255,6 +250,43 @@ EventFileWriter::~EventFileWriter() {
   } catch (const std::exception& error) {
     logger()->error("{}", error.what());
   }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->work.notify_one();
+  impl_->thread.join();
+}
+
+void EventFileWriter::open(std::string path) {
+  TORCHBUS_CHECK(!is_open(), Error, "EventFileWriter: '", impl_->path,
+                 "' is still open; close it before opening '", path, "'");
+  if (impl_->start_file(std::move(path))) impl_->work.notify_one();
+}
+
+bool EventFileWriter::is_open() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return !impl_->closed;
+}
+
+bool EventFileWriter::Impl::start_file(std::string new_path) {
+  errno = 0;
+  std::FILE* opened = std::fopen(new_path.c_str(), "wb");
+  TORCHBUS_CHECK(opened != nullptr, ConfigError, "cannot create the event file '", new_path,
+                 "': ", system_error_text(errno));
+  QueuedEvent first;
+  first.kind = QueuedEvent::Kind::FileVersion;
+  first.wall_time = wall_time_now();
+  // Closed: the thread is idle (or not started) and touches neither the file nor the path.
+  std::lock_guard<std::mutex> lock(mutex);
+  path = std::move(new_path);
+  file = opened;
+  closed = false;
+  error.clear();
+  error_thrown = false;
+  queue.push_back(std::move(first));
+  // Otherwise the thread is in its kWriteInterval wait: it writes the record when that ends.
+  return between_files;
 }
 
 const std::string& EventFileWriter::path() const noexcept {
@@ -322,14 +354,12 @@ void EventFileWriter::flush() {
 }
 
 void EventFileWriter::close() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->closed) return;
-    impl_->stopping = true;
-  }
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (impl_->closed) return;
+  impl_->wake = true;  // write what is queued now
   impl_->work.notify_one();
-  impl_->thread.join();  // the thread writes what is queued first
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->space.wait(lock, [&] { return impl_->queue.empty() && !impl_->writing; });
+  // The thread is idle and cannot take an event while the lock is held: the file is ours.
   impl_->closed = true;
   errno = 0;
   if (std::fclose(impl_->file) != 0 && impl_->error.empty()) {
@@ -344,18 +374,28 @@ void EventFileWriter::Impl::run() {
   for (;;) {
     if (queue.empty()) {
       if (stopping) return;  // everything is written
-      // Sleep until woken (queue half full, flush, close) or kWriteInterval has passed; then
-      // write everything queued.
-      work.wait_for(lock, kWriteInterval, [&] { return wake || stopping; });
+      if (file == nullptr) {
+        // Between files: sleep until the next one is opened (its first event queued).
+        between_files = true;
+        work.wait(lock, [&] { return !queue.empty() || stopping; });
+        between_files = false;
+      } else {
+        // Sleep until woken (queue half full, flush, close) or kWriteInterval has passed; then
+        // write everything queued.
+        work.wait_for(lock, kWriteInterval, [&] { return wake || stopping; });
+      }
       wake = false;
       continue;
     }
     const QueuedEvent queued = std::move(queue.front());
+    const bool was_full = queue.size() >= capacity;
     queue.pop_front();
     writing = true;
     const bool failed = !error.empty();  // after an error, queued events are discarded
     lock.unlock();
-    space.notify_all();
+    // Wake only who waits for this: a producer for room in a full queue here, flush and close
+    // for the drained queue below (a wake-up per event would wake them for nothing).
+    if (was_full) space.notify_all();
     std::string problem = failed ? std::string() : write(queued);
     lock.lock();
     if (problem.empty() && !failed && queue.empty()) {
@@ -365,9 +405,10 @@ void EventFileWriter::Impl::run() {
       if (std::fflush(file) != 0) problem = write_error(errno);
       lock.lock();
     }
-    if (!problem.empty() && error.empty()) error = std::move(problem);
+    const bool new_error = !problem.empty() && error.empty();
+    if (new_error) error = std::move(problem);
     writing = false;
-    space.notify_all();
+    if (queue.empty() || new_error) space.notify_all();
   }
 }
 

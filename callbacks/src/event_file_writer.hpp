@@ -59,31 +59,39 @@ std::string event_file_name();
 /// Seconds since 1970-01-01 UTC: the `wall_time` of events.
 double wall_time_now();
 
-/// Writes one TensorBoard event file. The first record, `file_version` "brain.Event:2", is queued
-/// at construction; `add_*` queue events; a background thread encodes them (protobuf, into a
-/// message and a buffer reused for every event), frames them (TFRecord: length, masked CRC-32C of
-/// the length, data, masked CRC-32C of the data) and writes them, flushing the file whenever the
-/// queue runs empty. The thread wakes every 100 ms, when the queue is half full, and on `flush` or
-/// `close`, so that `add_*` (usually) makes no system call on the caller's thread. The queue is
-/// bounded: `add_*` blocks while it is full, nothing is dropped. A write error stops the writing;
-/// it is thrown (as Error naming the file) once by the next `flush` or `close`, and by every later
-/// `add_*`.
+/// Writes TensorBoard event files, one at a time, on one background thread kept from file to
+/// file. The first record of each file, `file_version` "brain.Event:2", is queued when it is
+/// opened; `add_*` queue events; the thread encodes them (protobuf, into a message and a buffer
+/// reused for every event), frames them (TFRecord: length, masked CRC-32C of the length, data,
+/// masked CRC-32C of the data) and writes them, flushing the file whenever the queue runs empty.
+/// The thread wakes every 100 ms while a file is open, when the queue is half full, and on `flush`
+/// or `close`, so that `add_*` (usually) makes no system call on the caller's thread; between
+/// files it sleeps until the next `open`. The queue is bounded: `add_*` blocks while it is full,
+/// nothing is dropped. A write error stops the writing into the file; it is thrown (as Error
+/// naming the file) once by the next `flush` or `close`, and by every later `add_*`.
 class EventFileWriter {
  public:
   /// Events queued at most by default.
   static constexpr std::size_t kDefaultQueueCapacity = 1024;
 
-  /// Creates (or truncates) the file `path`; throws ConfigError naming it when it cannot be opened.
-  /// `queue_capacity` (>= 1) bounds the events waiting to be written; `scalar_tags` are the tags
-  /// `add_scalars` refers to by index.
+  /// Creates (or truncates) the file `path` and starts the thread; throws ConfigError naming the
+  /// file when it cannot be opened. `queue_capacity` (>= 1) bounds the events waiting to be
+  /// written; `scalar_tags` are the tags `add_scalars` refers to by index, in every file.
   explicit EventFileWriter(std::string path, std::size_t queue_capacity = kDefaultQueueCapacity,
                            std::vector<std::string> scalar_tags = {});
-  /// Closes the file; an error not yet thrown is logged.
+  /// Closes the file (an error not yet thrown is logged) and ends the thread.
   ~EventFileWriter();
   EventFileWriter(const EventFileWriter&) = delete;
   EventFileWriter& operator=(const EventFileWriter&) = delete;
 
-  /// The file written.
+  /// After `close`: creates (or truncates) the file `path` and writes into it, with the same
+  /// thread, queue capacity and scalar tags. Throws ConfigError naming the file when it cannot be
+  /// opened (the writer stays closed), and Error while a file is still open.
+  void open(std::string path);
+  /// Whether a file is open: from construction or `open` to `close`.
+  bool is_open() const;
+
+  /// The file written last.
   const std::string& path() const noexcept;
 
   /// Queues an Event{wall_time, step, summary{values}} (blocks while the queue is full).
@@ -99,7 +107,8 @@ class EventFileWriter {
 
   /// Waits until every queued event is written and the file flushed; throws a write error.
   void flush();
-  /// Flushes, stops the thread and closes the file; throws a write error. Further calls do nothing.
+  /// Writes what is queued and closes the file; the thread waits for the next `open`. Throws a
+  /// write error. Further calls do nothing.
   void close();
 
  private:

@@ -202,11 +202,8 @@ void TensorBoardLogger::on_action_start(State& /*state*/) {
     }
   }
   file_ = (directory / event_file_name()).string();
-  std::vector<std::string> scalar_tags = tags_;
-  scalar_tags.emplace_back(kLrTag);
   try {
-    writers_[kMainRun] = std::make_unique<EventFileWriter>(
-        file_, static_cast<std::size_t>(options_.queue_capacity()), std::move(scalar_tags));
+    writers_[kMainRun] = open_writer(kMainRun, file_);
   } catch (const ConfigError& failure) {
     throw ConfigError(detail::concat(who(), ": cannot write into the log directory '",
                                      directory.string(), "': ", failure.what()));
@@ -216,21 +213,31 @@ void TensorBoardLogger::on_action_start(State& /*state*/) {
   resume_step_ = 0;
 }
 
+std::unique_ptr<EventFileWriter> TensorBoardLogger::open_writer(Run run, const std::string& file) {
+  if (auto& kept = kept_writers_[run]) {
+    kept->open(file);
+    return std::move(kept);
+  }
+  // The main run's scalar tags are tags_ and the learning rate's; a sub-run's are the names of
+  // tensors_to_log (without "train/").
+  std::vector<std::string> tags;
+  if (run == kMainRun) {
+    tags = tags_;
+    tags.emplace_back(kLrTag);
+  } else {
+    for (const auto& name : options_.tensors_to_log()) tags.push_back(train_run_tag(name));
+  }
+  return std::make_unique<EventFileWriter>(
+      file, static_cast<std::size_t>(options_.queue_capacity()), std::move(tags));
+}
+
 EventFileWriter& TensorBoardLogger::writer(Run run) {
   auto& writer = writers_[run];
   if (writer) return *writer;
-  // A sub-run: its scalar tags are the names of tensors_to_log (without "train/").
   const fs::path file = fs::path(options_.log_dir()) /
                         (run == kTrainRun ? kTrainRunDirectory : kValRunDirectory) /
                         event_file_name();
-  std::vector<std::string> tags;
-  for (const auto& name : options_.tensors_to_log()) tags.push_back(train_run_tag(name));
-  try {
-    writer = std::make_unique<EventFileWriter>(
-        file.string(), static_cast<std::size_t>(options_.queue_capacity()), std::move(tags));
-  } catch (const ConfigError& failure) {
-    throw ConfigError(detail::concat(who(), ": ", failure.what()));
-  }
+  writer = open_writer(run, file.string());  // its callers name the logger in an error
   if (resume_step_ > 0) writer->add_session_start(resume_step_ + 1);
   return *writer;
 }
@@ -245,15 +252,18 @@ void TensorBoardLogger::on_action_end(State& /*state*/) {
     for (auto& writer : writers_) writer.reset();  // closes the files; the error is being thrown
     throw;
   }
-  // Should one fail, the others are closed (their errors logged) as `writers` goes.
-  auto writers = std::move(writers_);
-  for (auto& writer : writers) {
+  for (auto& writer : writers_) {
     if (!writer) continue;
     try {
       writer->close();
     } catch (const Error& failure) {
+      for (auto& other : writers_) other.reset();  // closes the others, their errors logged
       throw Error(detail::concat(who(), ": ", failure.what()));
     }
+  }
+  // Closed, kept with their threads for the next action's files.
+  for (std::size_t run = 0; run < kRunCount; ++run) {
+    if (writers_[run]) kept_writers_[run] = std::move(writers_[run]);
   }
 }
 

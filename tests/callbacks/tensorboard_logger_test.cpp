@@ -27,6 +27,7 @@
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -93,6 +94,15 @@ void check_histogram(const tensorboard::HistogramProto& histogram, const TensorS
   for (double count : histogram.bucket()) counted += count;
   BOOST_TEST(counted == expected.numel);
   BOOST_TEST(std::is_sorted(histogram.bucket_limit().begin(), histogram.bucket_limit().end()));
+}
+
+/// The ids of this process's threads (Linux: the entries of /proc/self/task).
+std::set<std::string> thread_ids() {
+  std::set<std::string> ids;
+  for (const auto& entry : fs::directory_iterator("/proc/self/task")) {
+    ids.insert(entry.path().filename().string());
+  }
+  return ids;
 }
 
 }  // namespace
@@ -483,6 +493,54 @@ BOOST_AUTO_TEST_CASE(train_and_validation_curves_share_a_tag_in_sub_runs) {
   BOOST_TEST(scalars_of(only_file_events(other.path / "run"), "metrics/val_loss").size() == 1u);
 }
 
+// The writer threads start once per logger: every later action writes its new files with the
+// threads of the first (a thread start is a clone, a stack and every library's thread-local
+// storage), and each file holds its own action's events.
+BOOST_AUTO_TEST_CASE(every_action_writes_new_files_with_the_writer_threads_of_the_first) {
+  TempDir dir("tensorboard");
+  Run run(TrainerOptions().max_epochs(1));
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(2, 4, 4, 3, 11);
+  run.trainer.fit(train, validation);  // LibTorch's own threads, if any, are started by now
+  const auto before = thread_ids();
+  auto logger =
+      std::make_shared<TensorBoardLogger>(options_in(dir).step_freq(1).group_train_val(true));
+  run.trainer.add(logger);
+
+  run.trainer.fit(train, validation);
+  const auto first_file = logger->file();
+  const auto kept = thread_ids();
+  // The main run's, the train sub-run's and the val sub-run's, kept between actions.
+  BOOST_TEST(kept.size() == before.size() + 3u);
+  std::vector<std::set<std::string>> during;
+  auto sample = run.trainer.on(Event::StepEnd, [&](State&) { during.push_back(thread_ids()); });
+  run.trainer.fit(train, validation);
+  const auto second_file = logger->file();
+  run.trainer.evaluate(validation);
+  BOOST_TEST_REQUIRE(during.size() == 4u);
+  for (const auto& threads : during) BOOST_TEST((threads == kept));
+  BOOST_TEST((thread_ids() == kept));
+
+  // Three actions, three main files; the val sub-run was written by all three, the train sub-run
+  // by the two fits. Each file starts with its version record and holds its own steps.
+  BOOST_TEST(event_files(dir.path / "run").size() == 3u);
+  BOOST_TEST(event_files(dir.path / "run" / "train").size() == 2u);
+  BOOST_TEST(event_files(dir.path / "run" / "val").size() == 3u);
+  for (const auto* sub_run : {"", "train", "val"}) {
+    for (const auto& file : event_files(dir.path / "run" / sub_run)) {
+      BOOST_TEST(read_events(file).at(0).file_version() == "brain.Event:2");
+    }
+  }
+  for (const auto& file : {first_file, second_file}) {
+    BOOST_TEST(steps_of(scalars_of(read_events(file), "train/step_loss")) ==
+                   (std::vector<std::int64_t>{1, 2, 3, 4}),
+               boost::test_tools::per_element());
+  }
+  const auto evaluation = read_events(logger->file());
+  BOOST_TEST(scalars_of(evaluation, "train/step_loss").empty());
+  BOOST_TEST(scalars_of(evaluation, "metrics/val_loss").size() == 1u);
+}
+
 // An event file written before the records were encoded with protobuf's generated classes (by the
 // hand-written encoder; tests/data/old-format-run, `torchbus-train --max-steps 6
 // --val-every-steps 3`): both CRCs of every record match and every record parses, with the values
@@ -592,6 +650,11 @@ BOOST_AUTO_TEST_CASE(a_log_dir_unwritable_mid_run_disables_the_logger_and_the_ru
   BOOST_TEST(failures[0].subscriber == "tensorboard_logger");
   BOOST_TEST(failures[0].disabled);
   BOOST_TEST(has(failures[0].first_error, val_run.string()));
+  // The logger is named once, not once by the writer's opening and again by its caller.
+  const std::string who = "TensorBoardLogger 'tensorboard_logger'";
+  const auto& first_error = failures[0].first_error;
+  BOOST_TEST(first_error.find(who) != std::string::npos);
+  BOOST_TEST(first_error.find(who, first_error.find(who) + 1) == std::string::npos);
   BOOST_TEST(log.messages("error", "tensorboard_logger threw during").size() == 1u);
   std::vector<std::string> checkpoints;
   for (const auto& entry : fs::directory_iterator(dir.path / "checkpoints")) {
@@ -748,6 +811,71 @@ BOOST_AUTO_TEST_CASE(a_write_error_on_the_writer_thread_is_reported_not_lost) {
   writer.flush();  // flush and close throw it once; every later add throws it again
   BOOST_TEST(has(message_of<Error>([&] { writer.add_summary(2, {}); }), "/dev/full"));
   writer.close();
+}
+
+BOOST_AUTO_TEST_CASE(a_closed_writer_writes_the_next_file_with_the_same_thread) {
+  TempDir dir("tensorboard");
+  const auto first = dir.path / "events.out.tfevents.first";
+  const auto second = dir.path / "events.out.tfevents.second";
+  const auto before = thread_ids();
+  EventFileWriter writer(first.string(), 4, {"x"});
+  BOOST_TEST(writer.is_open());
+  writer.add_scalars({{1, 10.0, 0, 0.5}});
+  writer.close();
+  writer.close();  // a second close does nothing
+  BOOST_TEST(!writer.is_open());
+  const auto with_writer = thread_ids();
+  BOOST_TEST(with_writer.size() == before.size() + 1u);  // its thread waits for the next file
+  BOOST_TEST(has(message_of<Error>([&] { writer.add_summary(2, {}); }), "is closed"));
+
+  // A file that cannot be created: a ConfigError naming it, and the writer stays closed.
+  const auto missing = dir.path / "missing" / "events.out.tfevents.x";
+  BOOST_TEST(has(message_of<ConfigError>([&] { writer.open(missing.string()); }),
+                 "cannot create the event file '" + missing.string() + "'"));
+  BOOST_TEST(!writer.is_open());
+
+  writer.open(second.string());
+  BOOST_TEST(writer.is_open());
+  BOOST_TEST(writer.path() == second.string());
+  BOOST_TEST(has(message_of<Error>([&] { writer.open(first.string()); }),
+                 "'" + second.string() + "' is still open"));
+  writer.add_scalars({{2, 11.0, 0, 1.5}});
+  writer.add_summary(3, {SummaryValue::scalar("y", 2.5)});
+  writer.close();
+  BOOST_TEST((thread_ids() == with_writer));  // no thread started for the second file
+
+  const auto first_events = read_events(first);
+  const auto second_events = read_events(second);
+  BOOST_TEST(first_events.at(0).file_version() == "brain.Event:2");
+  BOOST_TEST(second_events.at(0).file_version() == "brain.Event:2");
+  BOOST_TEST(
+      scalars_of(first_events, "x") == (std::vector<std::pair<std::int64_t, float>>{{1, 0.5f}}),
+      boost::test_tools::per_element());
+  BOOST_TEST(second_events.size() == 3u);
+  BOOST_TEST(
+      scalars_of(second_events, "x") == (std::vector<std::pair<std::int64_t, float>>{{2, 1.5f}}),
+      boost::test_tools::per_element());
+  BOOST_TEST(
+      scalars_of(second_events, "y") == (std::vector<std::pair<std::int64_t, float>>{{3, 2.5f}}),
+      boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_write_error_stays_with_its_file) {
+  if (!fs::exists("/dev/full")) {
+    BOOST_TEST_MESSAGE("no /dev/full here; skipped");
+    return;
+  }
+  TempDir dir("tensorboard");
+  const auto next = dir.path / "events.out.tfevents.next";
+  EventFileWriter writer("/dev/full", 4);
+  writer.add_summary(1, {SummaryValue::scalar("x", 1.0)});
+  BOOST_TEST(has(message_of<Error>([&] { writer.close(); }), "'/dev/full'"));
+  writer.open(next.string());
+  writer.add_summary(2, {SummaryValue::scalar("x", 2.0)});
+  BOOST_CHECK_NO_THROW(writer.close());
+  BOOST_TEST(scalars_of(read_events(next), "x") ==
+                 (std::vector<std::pair<std::int64_t, float>>{{2, 2.0f}}),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_created_is_a_config_error) {

@@ -158,8 +158,11 @@ class TensorBoardLogger : public Callback {
   void write(Run run, std::int64_t step, std::vector<SummaryValue> values);
   void submit(Run run, std::int64_t step, std::vector<SummaryValue> values, double wall_time);
   void hand_over();
-  /// The writer of `run`; a sub-run's is created when first written to.
+  /// The writer of `run`; a sub-run's file is created when first written to.
   EventFileWriter& writer(Run run);
+  /// A writer of `run` writing into the new `file`: the one kept from an earlier action (its
+  /// thread reused), else a new one.
+  std::unique_ptr<EventFileWriter> open_writer(Run run, const std::string& file);
   bool due(std::int64_t step) const noexcept;
   bool wanted_metric(const std::string& name) const;
   std::string who() const;
@@ -167,6 +170,8 @@ class TensorBoardLogger : public Callback {
   TensorBoardLoggerOptions options_;
   // Per Run, during an action (the main one from ActionStart on).
   std::array<std::unique_ptr<EventFileWriter>, kRunCount> writers_;
+  // Per Run, between actions: the closed writers, kept so that their threads start once.
+  std::array<std::unique_ptr<EventFileWriter>, kRunCount> kept_writers_;
   std::string file_;
   std::vector<std::string> tags_;     // "train/<name>" per tensors_to_log entry
   std::vector<at::Tensor> captured_;  // per tensors_to_log entry: kept at BatchEnd
