@@ -584,11 +584,12 @@ class TrainerLoop final : public Variant {
 
   void prepare() override {
     // Each round writes a new CSV file, as a new run would: after its first action a CsvLogger
-    // continues its file, and would re-read the rows of every earlier round in each fit.
-    if (!csv_path_.empty()) {
-      std::error_code ignored;
-      fs::remove(csv_path_, ignored);
-    }
+    // continues its file, and would re-read the rows of every earlier round in each fit. The
+    // previous round's event file goes too: each action creates one, and creating a file costs
+    // more the more files its directory holds (~40 us in an empty one, ~270 us among 450).
+    std::error_code ignored;
+    if (!csv_path_.empty()) fs::remove(csv_path_, ignored);
+    if (tensorboard_ && !tensorboard_->file().empty()) fs::remove(tensorboard_->file(), ignored);
   }
   std::int64_t run() override {
     trainer_.fit(batches_);
