@@ -177,12 +177,13 @@ void CsvLogger::open(bool replace) {
     TORCHBUS_CHECK(!error, ConfigError, who, ": cannot create the directory '",
                    path.parent_path().string(), "' for '", path.string(), "': ", error.message());
   }
-  TORCHBUS_CHECK(!fs::is_directory(path, error), ConfigError, who, ": '", path.string(),
+  const fs::file_status status = fs::status(path, error);  // one stat for both questions
+  TORCHBUS_CHECK(!fs::is_directory(status), ConfigError, who, ": '", path.string(),
                  "' is a directory; expected the path of a CSV file");
 
   // Continue the file if asked to and it has at least a complete header line.
   bool continuing = false;
-  if (!replace && fs::exists(path, error)) {
+  if (!replace && fs::exists(status)) {
     std::ifstream in(path);
     TORCHBUS_CHECK(in.good(), ConfigError, who, ": cannot read '", path.string(),
                    "' to continue it: ", system_error_text(errno));
