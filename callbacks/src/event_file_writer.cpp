@@ -200,7 +200,7 @@ struct EventFileWriter::Impl {
   bool writing = false;        // the thread holds an event it took from the queue
   bool stopping = false;       // the destructor asked the thread to finish
   bool closed = true;          // no file is open
-  bool wake = false;           // write now: the queue is half full, or flush asked
+  bool wake = false;           // write now: the queue is half full, or flush or close asked
   bool between_files = false;  // the thread sleeps until a file is opened
   std::string error;           // the first write error (empty: none)
   bool error_thrown = false;   // `error` was thrown once by flush or close
@@ -327,13 +327,21 @@ void EventFileWriter::add_session_start(std::int64_t step, double wall_time) {
 void EventFileWriter::Impl::push(QueuedEvent queued) {
   std::unique_lock<std::mutex> lock(mutex);
   TORCHBUS_CHECK(!closed, Error, "the event file '", path, "' is closed; cannot add an event");
-  space.wait(lock, [&] { return queue.size() < capacity || !error.empty(); });
+  if (queue.size() >= capacity) {
+    // Full: the thread writes now, not at the end of its interval (a new file's version record
+    // alone fills a queue of one, and queueing it woke nobody).
+    wake = true;
+    work.notify_one();
+    space.wait(lock, [&] { return queue.size() < capacity || !error.empty() || closed; });
+    // Another thread closed the writer while this one waited.
+    TORCHBUS_CHECK(!closed, Error, "the event file '", path, "' was closed; cannot add an event");
+  }
   if (!error.empty()) {
     error_thrown = true;
     throw Error(error);
   }
   queue.push_back(std::move(queued));
-  // Wake the thread only when the queue fills up; otherwise it writes within kWriteInterval.
+  // Wake the thread only when the queue is half full; otherwise it writes within kWriteInterval.
   if (queue.size() < std::max<std::size_t>(1, capacity / 2) || wake) return;
   wake = true;
   lock.unlock();
@@ -366,6 +374,9 @@ void EventFileWriter::close() {
     impl_->error = impl_->write_error(errno);
   }
   impl_->file = nullptr;
+  lock.unlock();
+  impl_->space.notify_all();  // a producer of another thread waiting for room sees the close
+  lock.lock();
   impl_->throw_once();
 }
 

@@ -64,11 +64,12 @@ double wall_time_now();
 /// opened; `add_*` queue events; the thread encodes them (protobuf, into a message and a buffer
 /// reused for every event), frames them (TFRecord: length, masked CRC-32C of the length, data,
 /// masked CRC-32C of the data) and writes them, flushing the file whenever the queue runs empty.
-/// The thread wakes every 100 ms while a file is open, when the queue is half full, and on `flush`
-/// or `close`, so that `add_*` (usually) makes no system call on the caller's thread; between
-/// files it sleeps until the next `open`. The queue is bounded: `add_*` blocks while it is full,
-/// nothing is dropped. A write error stops the writing into the file; it is thrown (as Error
-/// naming the file) once by the next `flush` or `close`, and by every later `add_*`.
+/// The thread wakes every 100 ms while a file is open, when the queue is half full, when an
+/// `add_*` finds it full, and on `flush` or `close`, so that `add_*` (usually) makes no system call
+/// on the caller's thread; between files it sleeps until the next `open`. The queue is bounded:
+/// `add_*` blocks while it is full, nothing is dropped. A write error stops the writing into the
+/// file; it is thrown (as Error naming the file) once by the next `flush` or `close`, and by every
+/// later `add_*`.
 class EventFileWriter {
  public:
   /// Events queued at most by default.

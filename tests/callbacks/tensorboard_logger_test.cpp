@@ -19,6 +19,7 @@
 #include <event_file_writer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <thread>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -858,6 +860,44 @@ BOOST_AUTO_TEST_CASE(a_closed_writer_writes_the_next_file_with_the_same_thread) 
   BOOST_TEST(
       scalars_of(second_events, "y") == (std::vector<std::pair<std::int64_t, float>>{{3, 2.5f}}),
       boost::test_tools::per_element());
+}
+
+// The logger calls its writer from one thread; the writer still holds when another thread's add_*
+// waits on a full queue while the file is closed and another opened: it is refused or goes into
+// the next file, after its version record, never into a closed one.
+BOOST_AUTO_TEST_CASE(an_add_waiting_on_a_full_queue_while_another_thread_closes_is_refused) {
+  TempDir dir("tensorboard");
+  const auto file = [&](int index) {
+    return (dir.path / ("events.out.tfevents." + std::to_string(index))).string();
+  };
+  EventFileWriter writer(file(0), /*queue_capacity=*/1);
+  std::atomic<bool> done{false};
+  std::atomic<int> added{0}, refused{0};
+  std::thread producer([&] {
+    while (!done) {
+      try {
+        writer.add_summary(1, {SummaryValue::scalar("x", 1.0)});
+        ++added;
+      } catch (const Error& error) {
+        if (has(error.what(), "closed; cannot add an event")) ++refused;
+      }
+    }
+  });
+  for (int round = 1; round <= 500; ++round) {
+    writer.close();
+    writer.open(file(round % 4));
+  }
+  done = true;
+  producer.join();
+  writer.close();
+  BOOST_TEST(added.load() > 0);
+  BOOST_TEST(refused.load() > 0);
+  for (int index = 0; index < 4; ++index) {
+    const auto events = read_events(file(index));  // every record complete, CRCs match
+    BOOST_TEST_REQUIRE(!events.empty());
+    BOOST_TEST(events[0].file_version() == "brain.Event:2");
+    for (std::size_t i = 1; i < events.size(); ++i) BOOST_TEST(events[i].has_summary());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_write_error_stays_with_its_file) {
