@@ -32,6 +32,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   detail::StateWriter::set_sanity_checking(state, false);
   state.clear_stop();  // a resume restores the stop that ended the run, if one did
   resume_skip_ = 0;    // and the batches of its epoch already trained
+  validated_step_ = -1;
   epoch_finished_ = false;
 }
 
@@ -97,7 +98,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
     }
     run_step(validation != nullptr);
     if (state.validation_follows) {
-      evaluation_.run(*validation, val_batch_limit_);
+      validate(*validation);
       detail::StateWriter::set_validation_follows(state, false);
       sync_.agree_on_stop();
     }
@@ -111,9 +112,12 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
       state.record_metric(loss.epoch, state.metrics.epoch_mean(loss.step, counters_.epoch));
     }
   }
+  // One validation per step's weights: the epoch's is not run when a val_every_n_steps validation
+  // ran after its last step (as Lightning decides once per batch whether to validate).
   const auto every = options.val_every_n_epochs();
-  if (validation && every > 0 && !sync_.stopping() && (counters_.epoch + 1) % every == 0) {
-    evaluation_.run(*validation, val_batch_limit_);
+  if (validation && every > 0 && !sync_.stopping() && (counters_.epoch + 1) % every == 0 &&
+      validated_step_ != counters_.step) {
+    validate(*validation);
   }
   // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
   // ActionEnd continues it where it stopped.
@@ -127,6 +131,11 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
     ++counters_.epoch;
     counters_.batch_in_epoch = 0;
   }
+}
+
+void FitLoop::validate(BatchSource& validation) {
+  validated_step_ = counters_.step;  // before: a checkpoint at its EvalEnd records it
+  evaluation_.run(validation, val_batch_limit_);
 }
 
 void FitLoop::start_epoch(BatchSource& train) {
@@ -264,6 +273,7 @@ FitProgress FitLoop::progress() const {
   progress.batch_samples = batch_samples_;
   progress.epoch_start_rng =
       next_epoch || !epoch_start_rng_.defined() ? RngState::capture_cpu() : epoch_start_rng_;
+  progress.validated_step = validated_step_;
   return progress;
 }
 
@@ -285,6 +295,8 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   // What a resume on another number of ranks checks (docs/distributed.md).
   archive.write("world_size", c10::IValue(saved.world_size));
   archive.write("batch_samples", c10::IValue(saved.batch_samples));
+  // So that a resume at the end of a validated step's epoch does not validate it again.
+  archive.write("validated_step", c10::IValue(saved.validated_step));
 }
 
 FitProgress read_fit_position(detail::CheckpointReader& reader) {
@@ -305,6 +317,8 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
   progress.accumulate_grad_batches = reader.value("accumulate_grad_batches").toInt();
   const auto batch_samples = reader.optional_value("batch_samples");
   if (batch_samples.isInt()) progress.batch_samples = batch_samples.toInt();
+  const auto validated_step = reader.optional_value("validated_step");
+  if (validated_step.isInt()) progress.validated_step = validated_step.toInt();
   return progress;
 }
 
@@ -381,6 +395,7 @@ void FitLoop::restore(const FitProgress& progress) {
                                     : std::string());
   }
   epoch_start_rng_ = progress.epoch_start_rng;
+  validated_step_ = progress.validated_step;
   state.clear_stop();
   if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);
 }

@@ -40,6 +40,8 @@ struct FitProgress {
   /// hold here so that a step keeps the checkpoint's global batch.
   std::int64_t expected_batch_samples = 0;
   at::Tensor epoch_start_rng;  ///< the CPU generator when the epoch's order was drawn
+  /// The step the run's last validation ran after (-1: none, or not recorded).
+  std::int64_t validated_step = -1;
 };
 
 /// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
@@ -89,6 +91,8 @@ class FitLoop {
   void start_epoch(BatchSource& train);
   bool fill_window(BatchSource& train);
   void run_step(bool can_validate);
+  // Runs a validation of the training (not the sanity check) and notes the step it validated.
+  void validate(BatchSource& validation);
   // Counts the samples of the window's batches across the ranks; after a resume on another
   // number of ranks, checks that a step keeps the checkpoint's global batch.
   void count_batch_samples();
@@ -105,6 +109,9 @@ class FitLoop {
   bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
+  // The step whose weights the last validation ran on (-1: none yet): an epoch-end validation
+  // right after a step's validation would see the same weights, and is not run.
+  std::int64_t validated_step_ = -1;
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
   std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)
   // Resumed on another number of ranks: the checkpoint's ranks, and the samples a batch across

@@ -220,8 +220,10 @@ BOOST_AUTO_TEST_CASE(requested_at_epoch_start_ends_the_epoch_without_batches) {
   auto validation = make_batches(1, 4, 4, 3, 99);
   run.trainer.fit(train, validation);
   const auto full = join({"EpochStart", step(1), step(1), evaluation(1), "EpochEnd"});
-  BOOST_TEST(run.events() == join({"ActionStart", full, "EpochStart", evaluation(1), "EpochEnd",
-                                   full, "ActionEnd"}));
+  // The empty epoch changed no weight since the last validation: it does not validate them again
+  // (nor would Lightning, which validates after a batch).
+  BOOST_TEST(run.events() ==
+             join({"ActionStart", full, "EpochStart", "EpochEnd", full, "ActionEnd"}));
   BOOST_TEST(run.trainer.state().epoch == 3);
   BOOST_TEST(run.trainer.state().step == 4);
 }

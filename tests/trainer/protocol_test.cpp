@@ -217,6 +217,70 @@ BOOST_AUTO_TEST_CASE(validation_every_n_steps) {
                                    step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
 }
 
+// A val_every_n_steps validation after an epoch's last step is that epoch's validation: the same
+// weights are validated once (Lightning's training_epoch_loop.py decides once per batch, in
+// `_should_check_val_fx`). Epochs of 3 steps, every second step: after 2, 3 (the epoch's), 4, 6.
+BOOST_AUTO_TEST_CASE(a_step_validation_after_an_epochs_last_step_is_the_epochs_validation) {
+  RecordedRun run(TrainerOptions().max_epochs(2).val_every_n_steps(2));
+  auto train = make_batches(3, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  run.trainer.fit(train, validation);
+  BOOST_TEST(run.events() ==
+             join({"ActionStart EpochStart", step(1), step(1), evaluation(1), step(1),
+                   evaluation(1), "EpochEnd EpochStart", step(1), evaluation(1), step(1), step(1),
+                   evaluation(1), "EpochEnd ActionEnd"}));
+  std::vector<std::int64_t> validated;
+  for (const auto& point : run.trainer.state().metrics.series("val_loss")) {
+    validated.push_back(point.step);
+  }
+  BOOST_TEST(validated == (std::vector<std::int64_t>{2, 3, 4, 6}),
+             boost::test_tools::per_element());
+}
+
+// max_steps ending the epoch right after a step's validation: the epoch's would see its weights.
+BOOST_AUTO_TEST_CASE(max_steps_after_a_step_validation_validates_once) {
+  RecordedRun run(TrainerOptions().max_epochs(1).max_steps(2).val_every_n_steps(2));
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  run.trainer.fit(train, validation);
+  BOOST_TEST(run.events() == join({"ActionStart EpochStart", step(1), step(1), evaluation(1),
+                                   "EpochEnd ActionEnd"}));
+}
+
+// Checkpointed after the validation of an epoch's last step, a resume ends that epoch without
+// validating it again, as the uninterrupted run did.
+BOOST_AUTO_TEST_CASE(a_resume_after_the_validation_of_an_epochs_last_step_does_not_repeat_it) {
+  const TempDir dir("protocol");
+  const auto file = dir.path / "after_validation.tbckpt";
+  const auto options = TrainerOptions().max_epochs(2).val_every_n_steps(2).seed(3);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  RecordedRun whole(options);
+  whole.trainer.fit(train, validation);
+  {
+    RecordedRun first(options);
+    first.trainer.on(Event::EvalEnd, [&](State& s) {
+      if (s.step != 4) return;
+      first.trainer.save_checkpoint(file);
+      throw std::runtime_error("interrupted");
+    });
+    BOOST_CHECK_THROW(first.trainer.fit(train, validation), std::runtime_error);
+  }
+  RecordedRun resumed(options);
+  resumed.trainer.resume_from(file);
+  resumed.trainer.fit(train, validation);
+  BOOST_TEST(resumed.events() ==
+             join({"ActionStart EpochStart EpochEnd EpochStart", step(1), step(1), evaluation(1),
+                   step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
+  const auto& expected = whole.trainer.state().metrics.series("val_loss");
+  const auto& got = resumed.trainer.state().metrics.series("val_loss");
+  BOOST_TEST_REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    BOOST_TEST(got[i].step == expected[i].step);
+    BOOST_TEST(got[i].value == expected[i].value);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
   RecordedRun run{TrainerOptions()};
   std::vector<bool> cancelled_at_end;
