@@ -487,9 +487,14 @@ std::shared_ptr<torchbus::LearningRateScheduler> make_scheduler(const std::strin
     return std::make_shared<LearningRateScheduler>(
         torchbus::CosineDecayOptions(total_steps).warmup_steps(total_steps / 10));
   }
+  // Periods of ceil(steps / 7) and ceil(steps / 3): the run ends inside the last (annealed)
+  // period, never in the restart or decay that a rounded-down period puts after it.
+  const auto part = [total_steps](std::int64_t parts) {
+    return std::max<std::int64_t>(1, (total_steps + parts - 1) / parts);
+  };
   if (kind == "restarts") {
     return std::make_shared<LearningRateScheduler>(
-        torchbus::CosineRestartsOptions(std::max<std::int64_t>(1, total_steps / 7)).period_mult(2));
+        torchbus::CosineRestartsOptions(part(7)).period_mult(2));
   }
   if (kind == "onecycle") {
     return std::make_shared<LearningRateScheduler>(torchbus::OneCycleOptions(total_steps));
@@ -498,8 +503,7 @@ std::shared_ptr<torchbus::LearningRateScheduler> make_scheduler(const std::strin
     return std::make_shared<LearningRateScheduler>(torchbus::PolynomialDecayOptions(total_steps));
   }
   if (kind == "step") {
-    return std::make_shared<LearningRateScheduler>(
-        torchbus::StepDecayOptions(std::max<std::int64_t>(1, total_steps / 3)));
+    return std::make_shared<LearningRateScheduler>(torchbus::StepDecayOptions(part(3)));
   }
   if (kind == "plateau") {
     return std::make_shared<LearningRateScheduler>(torchbus::ReduceOnPlateauOptions().patience(1));

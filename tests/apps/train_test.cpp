@@ -894,14 +894,31 @@ BOOST_AUTO_TEST_CASE(linear_and_restarts_schedules_over_the_run) {
   for (std::size_t t = 0; t < linear.size(); ++t) {
     BOOST_TEST(close(linear[t], 0.01 * (1.0 - static_cast<double>(t) / steps)), "step " << t + 1);
   }
-  // Cosine with warm restarts, periods P, 2P, 4P with P = steps / 7: back at 0.01 at t = P, 3P.
+  // Cosine with warm restarts, periods P, 2P, 4P with P = ceil(steps / 7), as PyTorch's
+  // CosineAnnealingWarmRestarts(T_0 = P, T_mult = 2): 0.01 * (1 + cos(pi * T_cur / T_i)) / 2, back
+  // at 0.01 at t = P and 3P, and the run ends in the third period (no restart after 7P).
   const auto restarts = lrs_of("restarts");
   BOOST_TEST_REQUIRE(restarts.size() == linear.size());
-  const auto period = restarts.size() / 7;
-  BOOST_TEST(close(restarts[0], 0.01));
-  BOOST_TEST(restarts[period - 1] < 0.01);
-  BOOST_TEST(close(restarts[period], 0.01));
-  BOOST_TEST(close(restarts[3 * period], 0.01));
+  BOOST_TEST_REQUIRE(restarts.size() % 7 != 0u);  // the rounding matters
+  const auto period = (restarts.size() + 6) / 7;
+  for (std::size_t t = 0; t < restarts.size(); ++t) {
+    const auto [start, length] = t < period       ? std::pair{std::size_t{0}, period}
+                                 : t < 3 * period ? std::pair{period, 2 * period}
+                                                  : std::pair{3 * period, 4 * period};
+    const auto expected = 0.01 * (1.0 + std::cos(M_PI * static_cast<double>(t - start) /
+                                                 static_cast<double>(length))) /
+                          2.0;
+    BOOST_TEST(std::abs(restarts[t] - expected) <= 1e-9, "step " << t + 1);
+  }
+  BOOST_TEST(restarts.back() < 0.01 * 0.1);
+  // Step decay: x0.1 at ceil(steps / 3) and twice that, not at the run's last step.
+  const auto decays = lrs_of("step");
+  BOOST_TEST_REQUIRE(decays.size() == linear.size());
+  const auto third = (decays.size() + 2) / 3;
+  for (std::size_t t = 0; t < decays.size(); ++t) {
+    const auto expected = t < third ? 0.01 : t < 2 * third ? 0.001 : 0.0001;
+    BOOST_TEST(std::abs(decays[t] - expected) <= 1e-12, "step " << t + 1);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_quick_run_values_are_usage_errors_naming_the_flag) {
