@@ -109,9 +109,9 @@ at::Tensor read_idx(const std::filesystem::path& path, std::uint32_t dimensions,
     announced = factor != 0 && announced > largest / factor ? largest : announced * factor;
     shape += (shape.empty() ? "" : " x ") + std::to_string(size);
   }
-  TORCHBUS_CHECK(announced <= data_bytes, DataError, "MNIST: ", path.string(), " holds ",
-                 data_bytes, " bytes of data; its header announces ", shape,
-                 " bytes, more than that");
+  // Exactly: more bytes than announced is a file of another shape (torchvision refuses it too).
+  TORCHBUS_CHECK(announced == data_bytes, DataError, "MNIST: ", path.string(), " holds ",
+                 data_bytes, " bytes of data; its header announces ", shape, " bytes");
   auto values = torch::empty(sizes, torch::kUInt8);
   in.read(reinterpret_cast<char*>(values.data_ptr<std::uint8_t>()), values.numel());
   TORCHBUS_CHECK(in.gcount() == values.numel(), DataError, "MNIST: ", path.string(), " holds ",
@@ -211,10 +211,20 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
   std::string line;
   TORCHBUS_CHECK(static_cast<bool>(std::getline(in, line)), DataError, "CSV: '", path,
                  "' is empty; expected a header row");
+  // A UTF-8 byte order mark (as spreadsheets write one) is not part of the first name.
+  constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+  if (line.compare(0, kByteOrderMark.size(), kByteOrderMark) == 0) {
+    line.erase(0, kByteOrderMark.size());
+  }
   auto header = split_csv_line(line);
   for (auto& name : header) name = trim(name);
   std::size_t label_column = header.size();
   for (std::size_t i = 0; i < header.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      TORCHBUS_CHECK(header[j] != header[i], DataError, "CSV: '", path, "' names column ", j + 1,
+                     " and column ", i + 1, " '", excerpt(header[i]),
+                     "'; expected a different name for every column");
+    }
     if (header[i] == label) label_column = i;
   }
   TORCHBUS_CHECK(label_column < header.size(), DataError, "CSV: '", path, "' has no column '",

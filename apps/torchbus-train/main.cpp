@@ -131,24 +131,27 @@ CLI::Validator at_least(std::int64_t minimum) {
   return integer_in(minimum);
 }
 
-/// Accepts finite numbers in [minimum, maximum] (`exclusive`: > minimum), named in the message.
-CLI::Validator finite_number(double minimum, double maximum, bool exclusive) {
-  const std::string range =
-      (exclusive ? "> " : ">= ") + number_text(minimum) + " and <= " + number_text(maximum);
+/// Which ends of its range a number may equal.
+enum class Ends { Both, NotMinimum, NotMaximum };
+
+/// Accepts finite numbers between `minimum` and `maximum` (equal to those `ends` allows), named in
+/// the message. Values too small for a normal double (1e-320) are read as what they are, not
+/// refused.
+CLI::Validator finite_number(double minimum, double maximum, Ends ends) {
+  const std::string range = (ends == Ends::NotMinimum ? "> " : ">= ") + number_text(minimum) +
+                            (ends == Ends::NotMaximum ? " and < " : " and <= ") +
+                            number_text(maximum);
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        std::size_t used = 0;
-        double value = 0;
-        try {
-          value = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);  // overflow: inf, refused below
+        const bool whole = !text.empty() && end == text.c_str() + text.size() &&
+                           !std::isspace(static_cast<unsigned char>(text.front()));
         const bool in_range = std::isfinite(value) &&
-                              (exclusive ? value > minimum : value >= minimum) && value <= maximum;
-        return used == text.size() && !text.empty() && in_range
-                   ? std::string()
-                   : "expected a finite number " + range + ", got '" + text + "'";
+                              (ends == Ends::NotMinimum ? value > minimum : value >= minimum) &&
+                              (ends == Ends::NotMaximum ? value < maximum : value <= maximum);
+        return whole && in_range ? std::string()
+                                 : "expected a finite number " + range + ", got '" + text + "'";
       },
       range);
 }
@@ -295,7 +298,7 @@ void describe_flags(CLI::App& app, Flags& flags) {
       ->check(at_least(0));
   auto* lr = app.add_option("--lr", flags.lr,
                             "learning rate (at most " + number_text(kMaxLearningRate) + ")")
-                 ->check(finite_number(0, kMaxLearningRate, /*exclusive=*/true));
+                 ->check(finite_number(0, kMaxLearningRate, Ends::NotMinimum));
   app.add_flag("--find-lr", flags.find_lr,
                "LRFinder: before training, sweep the learning rate from 1e-7 to 10 over 100 "
                "steps on the training data (stopped when the loss diverges), write "
@@ -383,21 +386,21 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--ema", flags.ema,
                  "EMA: keep an exponential moving average of the weights with this decay (e.g. "
                  "0.999), validate with it and end with it (0: off)")
-      ->check(finite_number(0, 1, /*exclusive=*/false));
+      ->check(finite_number(0, 1, Ends::NotMaximum));
   app.add_option("--swa-start", flags.swa_start,
                  "SWA: average the weights of every epoch from this fraction of --epochs on (e.g. "
                  "0.75) and end with the average (0: off)")
-      ->check(finite_number(0, 1, /*exclusive=*/false));
+      ->check(finite_number(0, 1, Ends::Both));
   app.add_option("--swa-lr", flags.swa_lr,
                  "SWA: anneal the learning rate to this value over the averaged epochs (0: keep "
                  "the run's learning rate; at most " +
                      number_text(kMaxLearningRate) + ")")
-      ->check(finite_number(0, kMaxLearningRate, /*exclusive=*/false));
+      ->check(finite_number(0, kMaxLearningRate, Ends::Both));
   app.add_flag("--terminate-on-nan,!--no-terminate-on-nan", flags.terminate_on_nan,
                "TerminateOnNaN: stop at the first non-finite loss, without its update (on)");
   app.add_option("--time-limit", flags.time_limit,
                  "Timer: stop gracefully after this many seconds of training (0: none)")
-      ->check(finite_number(0, 1e9, /*exclusive=*/false));
+      ->check(finite_number(0, 1e9, Ends::Both));
   app.add_flag("--progress,!--no-progress", flags.progress,
                "ProgressBar: a live bar on a terminal, periodic lines otherwise (on)");
 }
@@ -515,6 +518,12 @@ bool validates(const Flags& flags) {
   return flags.val_every > 0 || flags.val_every_steps > 0;
 }
 
+/// Whether the trainer gets the validation data: when the flags validate, and in a --fast-dev-run
+/// (which validates whatever --val-every* say).
+bool gets_validation_data(const Flags& flags) {
+  return validates(flags) || flags.fast_dev_run > 0;
+}
+
 /// Flag combinations that cannot work (on `device`), found before anything is written.
 void check_flag_combinations(const Flags& flags, const c10::Device& device) {
   if (flags.early_stopping > 0 && !validates(flags)) {
@@ -525,12 +534,16 @@ void check_flag_combinations(const Flags& flags, const c10::Device& device) {
     throw UsageError(
         "--scheduler plateau watches val_loss: it needs --val-every > 0 or --val-every-steps > 0");
   }
-  if (flags.ema >= 1.0) {
-    throw UsageError("--ema needs a decay below 1 (e.g. 0.999; 0: off), got " +
-                     number_text(flags.ema));
+  if (flags.ema > 0 && flags.swa_start > 0) {
+    throw UsageError(
+        "--ema and --swa-start both end the run with an average of the weights (model.pt would "
+        "hold one of them, the validations the other); choose one");
   }
   if (flags.swa_lr > 0 && flags.swa_start <= 0) {
     throw UsageError("--swa-lr sets the learning rate of SWA's epochs: it needs --swa-start");
+  }
+  if (flags.max_steps == 0) {
+    throw UsageError("--max-steps 0 trains nothing; expected -1 (no limit) or a count >= 1");
   }
   if (flags.resume && !flags.checkpoints) {
     throw UsageError("--resume needs checkpoints; drop --no-checkpoints");
@@ -569,10 +582,11 @@ std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) {
 /// The optimizer steps the run makes when nothing stops it early (the largest int64 when more):
 /// per epoch, its training batches (within --limit-train-batches) in windows of that epoch's k.
 /// k changes only at the accumulation schedule's entries, so the epochs between two entries are
-/// counted at once, however many --epochs asks for.
+/// counted at once, however many --epochs asks for. A --fast-dev-run counts the steps of the run
+/// it checks (it makes the first of them), so that it runs that run's schedule.
 std::int64_t planned_steps(const Flags& flags, const torchbus::TrainerOptions& options,
                            std::int64_t batches_per_epoch) {
-  const auto run = options.effective();
+  const auto& run = options;
   const auto limit =
       run.limit_train_batches().batches_per_pass(batches_per_epoch, "--limit-train-batches");
   const auto batches = limit < 0 ? batches_per_epoch : std::min(limit, batches_per_epoch);
@@ -588,32 +602,78 @@ std::int64_t planned_steps(const Flags& flags, const torchbus::TrainerOptions& o
     steps = saturating_add(steps,
                            saturating_multiply(k_changes[i + 1] - k_changes[i], steps_per_epoch));
   }
-  if (flags.max_steps > 0 && flags.fast_dev_run == 0) steps = std::min(steps, flags.max_steps);
+  if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps);
   return steps;
 }
 
 /// The callbacks that change what the run does, as the flags ask.
-void add_steering_callbacks(torchbus::Trainer& trainer, const Flags& flags,
-                            const torchbus::TrainerOptions& options,
-                            std::int64_t batches_per_epoch) {
+std::vector<std::shared_ptr<torchbus::Callback>> steering_callbacks(
+    const Flags& flags, const torchbus::TrainerOptions& options, std::int64_t batches_per_epoch) {
+  std::vector<std::shared_ptr<torchbus::Callback>> callbacks;
   if (flags.time_limit > 0) {
-    trainer.add(
+    callbacks.push_back(
         std::make_shared<torchbus::Timer>(torchbus::TimerOptions().time_limit(flags.time_limit)));
   }
   if (flags.early_stopping > 0) {
-    trainer.add(std::make_shared<torchbus::EarlyStopping>(
+    callbacks.push_back(std::make_shared<torchbus::EarlyStopping>(
         torchbus::EarlyStoppingOptions().patience(flags.early_stopping)));
   }
   if (flags.ema > 0) {
-    trainer.add(std::make_shared<torchbus::EMA>(torchbus::EMAOptions().decay(flags.ema)));
+    callbacks.push_back(std::make_shared<torchbus::EMA>(torchbus::EMAOptions().decay(flags.ema)));
   }
   if (flags.swa_start > 0) {
     auto options = torchbus::SWAOptions().start_fraction(flags.swa_start);
     if (flags.swa_lr > 0) options.swa_lr(flags.swa_lr).annealing_epochs(1);
-    trainer.add(std::make_shared<torchbus::SWA>(options));
+    callbacks.push_back(std::make_shared<torchbus::SWA>(options));
   }
-  auto total_steps = planned_steps(flags, options, batches_per_epoch);
-  if (auto scheduler = make_scheduler(flags.scheduler, total_steps)) trainer.add(scheduler);
+  const auto total_steps = planned_steps(flags, options, batches_per_epoch);
+  try {
+    if (auto scheduler = make_scheduler(flags.scheduler, total_steps)) {
+      callbacks.push_back(scheduler);
+    }
+  } catch (const torchbus::ConfigError& error) {
+    throw UsageError("--scheduler " + flags.scheduler + " over the run's " +
+                     std::to_string(total_steps) + " optimizer step(s): " + error.what());
+  }
+  return callbacks;
+}
+
+/// The trainer's options as the flags give them (the run's identity is set once OUT is read).
+torchbus::TrainerOptions trainer_options(const Flags& flags, const c10::Device& device) {
+  return torchbus::TrainerOptions()
+      .max_epochs(flags.epochs)
+      .max_steps(flags.max_steps)
+      .accumulate_grad_batches(flags.accumulate)
+      .accumulation_schedule(flags.accumulate_schedule.empty()
+                                 ? torchbus::AccumulationSchedule()
+                                 : *parse_accumulation_schedule(flags.accumulate_schedule))
+      .limit_train_batches(flags.limit_train_batches.empty()
+                               ? torchbus::BatchLimit::all()
+                               : *parse_batch_limit(flags.limit_train_batches))
+      .limit_val_batches(flags.limit_val_batches.empty()
+                             ? torchbus::BatchLimit::all()
+                             : *parse_batch_limit(flags.limit_val_batches))
+      .fast_dev_run(flags.fast_dev_run)
+      .num_sanity_val_steps(flags.sanity_val_steps)
+      .val_every_n_epochs(flags.val_every)
+      .val_every_n_steps(flags.val_every_steps)
+      .seed(flags.seed)
+      .precision(torchbus::parse_precision(flags.precision))
+      .channels_last(flags.channels_last)
+      .device(device);
+}
+
+/// Builds the trainer's options and the steering callbacks once before OUT is touched: what the
+/// library refuses in them is a usage error, and nothing is written.
+void check_trainer_configuration(const Flags& flags, const c10::Device& device,
+                                 std::int64_t batches_per_epoch) {
+  try {
+    const auto options = trainer_options(flags, device);
+    options.validate();
+    steering_callbacks(flags, options, batches_per_epoch);
+  } catch (const torchbus::ConfigError& error) {
+    throw UsageError(error.what());
+  }
 }
 
 /// The run's options, for summary.json and the report.
@@ -752,7 +812,7 @@ void check_batch_limits(const Flags& flags, const RankBatches& batches) {
 
 void check_shardable(const Flags& flags, const train::Dataset& data, int world_size) {
   const auto rows = data.validation_inputs.size(0);
-  TORCHBUS_CHECK(!validates(flags) || rows >= world_size, torchbus::DataError,
+  TORCHBUS_CHECK(!gets_validation_data(flags) || rows >= world_size, torchbus::DataError,
                  "the validation split has ", rows, " sample(s) for ", world_size,
                  " ranks; expected at least one per rank (each rank validates its share)");
 }
@@ -760,7 +820,9 @@ void check_shardable(const Flags& flags, const train::Dataset& data, int world_s
 /// Why the run ended, for summary.json.
 std::string stop_reason_of(const torchbus::State& state, const Flags& flags) {
   if (state.stop_requested()) return state.stop_reason();
-  if (flags.max_steps >= 0 && state.step >= flags.max_steps) return "max_steps reached";
+  if (flags.fast_dev_run == 0 && flags.max_steps >= 0 && state.step >= flags.max_steps) {
+    return "max_steps reached";
+  }
   return "completed";
 }
 
@@ -934,7 +996,9 @@ int run(Flags flags) {
     torch::manual_seed(flags.seed);
     data = train::load_dataset(flags.data, flags.seed);
     check_shardable(flags, data, world_size);
-    check_batch_limits(flags, rank_batches(flags, data, *group, device.device));
+    const auto planned = rank_batches(flags, data, *group, device.device);
+    check_batch_limits(flags, planned);
+    check_trainer_configuration(flags, device.device, planned.train.batches_per_epoch());
     model = make_model(flags, data);
     std::string init_from_sha256;
     if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
@@ -967,36 +1031,14 @@ int run(Flags flags) {
   auto log = torchbus::logger();
   if (!finished.empty() && !flags.validate) {
     // Its checkpoint holds the decision that ended it: resuming changes nothing.
-    log->info(
-        "already finished: {}; nothing to train (checkpoint {}), the run's outputs are kept{}",
-        finished, resume_from.string(),
-        writes_outputs ? "; summary in " + (out / "summary.json").string() : std::string());
+    log->info("already finished: {}; nothing to train ({}), the run's outputs are kept{}", finished,
+              resume_from.empty() ? "its summary; it kept no checkpoints"
+                                  : "checkpoint " + resume_from.string(),
+              writes_outputs ? "; summary in " + (out / "summary.json").string() : std::string());
     return 0;
   }
   auto optimizer = make_optimizer(flags, model->parameters());
-  const auto options =
-      torchbus::TrainerOptions()
-          .max_epochs(flags.epochs)
-          .max_steps(flags.max_steps)
-          .accumulate_grad_batches(flags.accumulate)
-          .accumulation_schedule(flags.accumulate_schedule.empty()
-                                     ? torchbus::AccumulationSchedule()
-                                     : *parse_accumulation_schedule(flags.accumulate_schedule))
-          .limit_train_batches(flags.limit_train_batches.empty()
-                                   ? torchbus::BatchLimit::all()
-                                   : *parse_batch_limit(flags.limit_train_batches))
-          .limit_val_batches(flags.limit_val_batches.empty()
-                                 ? torchbus::BatchLimit::all()
-                                 : *parse_batch_limit(flags.limit_val_batches))
-          .fast_dev_run(flags.fast_dev_run)
-          .num_sanity_val_steps(flags.sanity_val_steps)
-          .val_every_n_epochs(flags.val_every)
-          .val_every_n_steps(flags.val_every_steps)
-          .seed(flags.seed)
-          .precision(torchbus::parse_precision(flags.precision))
-          .channels_last(flags.channels_last)
-          .device(device.device)
-          .run_identity(identity);
+  const auto options = trainer_options(flags, device.device).run_identity(identity);
   torchbus::Trainer trainer(
       model, *optimizer,
       [](const at::Tensor& output, const at::Tensor& target) {
@@ -1016,7 +1058,11 @@ int run(Flags flags) {
   const auto segments = std::make_shared<train::RunSegments>(
       train::RunSegment{0, world_size, flags.batch_size, flags.accumulate});
   trainer.add(segments);
-  add_steering_callbacks(trainer, flags, options, batches.train.batches_per_epoch());
+  std::shared_ptr<torchbus::SWA> swa;  // --swa-start: ends the run with its average
+  for (auto& callback : steering_callbacks(flags, options, batches.train.batches_per_epoch())) {
+    if (auto averaging = std::dynamic_pointer_cast<torchbus::SWA>(callback)) swa = averaging;
+    trainer.add(std::move(callback));
+  }
   // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
   if (flags.validate) {
     if (resuming) trainer.load_checkpoint(resume_from);
@@ -1142,7 +1188,7 @@ int run(Flags flags) {
   std::string stop_reason;
   int exit_code = 0;
   try {
-    trainer.fit_sources(batches.train, validates(flags) ? &batches.validation : nullptr);
+    trainer.fit_sources(batches.train, gets_validation_data(flags) ? &batches.validation : nullptr);
     seconds = elapsed();
     stop_reason = stop_reason_of(state, flags);
     const int signal = train::received_stop_signal();
@@ -1152,6 +1198,14 @@ int run(Flags flags) {
     if (const auto signalled = train::first_nonzero(*group, interrupted ? signal : 0)) {
       stop_reason = train::interrupted_reason(static_cast<int>(signalled->second));
       exit_code = train::kExitSignalBase + static_cast<int>(signalled->second);
+    }
+    // The validations saw the trained weights; SWA put its average in at the end: validated
+    // once more, so that the summary's final_val_* describe model.pt.
+    if (swa && !swa->average().empty() && exit_code == 0 && gets_validation_data(flags)) {
+      trainer.evaluate_source(batches.validation);
+      log->info("SWA: the average of {} epochs (model.pt): val loss {:.4f} accuracy {:.3f}",
+                swa->averaged(), latest_or_nan(state.metrics, "val_loss"),
+                latest_or_nan(state.metrics, "val_accuracy"));
     }
   } catch (const torchbus::DistributedError& error) {
     // Another rank failed or died: rank 0 records how far the run got, if it can.

@@ -13,6 +13,7 @@
 #include <torchbus/logging.hpp>
 
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -37,6 +38,18 @@ bool summary_tells(const fs::path& out, const std::string& reason) {
   const auto summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   return summary.is_object() && summary.value("stop_reason", std::string()) == reason &&
          summary.value("exit_code", -1) == 0;
+}
+
+/// How OUT/summary.json says a run of an identity `ours` accepts had ended with exit code 0 (empty:
+/// no such summary, or the run was interrupted, failed or only validated weights).
+std::string ended_by_summary(const fs::path& out,
+                             const std::function<bool(const std::string&)>& ours) {
+  std::ifstream in(out / "summary.json");
+  const auto summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object() || summary.value("exit_code", -1) != 0) return {};
+  const auto reason = summary.value("stop_reason", std::string());
+  if (reason == "validated" || !ours(summary.value("identity", std::string()))) return {};
+  return reason;
 }
 
 /// A fresh start: refuses to replace a run unless --overwrite says so.
@@ -140,6 +153,13 @@ RunStart prepare_run_directory(const RunDirectoryRequest& request) {
   }
   TORCHBUS_CHECK(!request.validate, torchbus::ConfigError, "--validate --resume: ", out.string(),
                  " holds no checkpoint of this run to validate");
+  // A run without checkpoints (--no-checkpoints) that ended: its summary tells, and a resume
+  // changes nothing, as for a run whose last checkpoint holds its end.
+  if (recorded) {
+    if (auto reason = ended_by_summary(out, ours_by_identity); !reason.empty()) {
+      return {{}, std::move(reason), *recorded};
+    }
+  }
   log->warn("--resume: {} holds no checkpoint of this run yet; starting it from scratch",
             checkpoints.string());
   std::vector<std::string> partial;  // what an attempt killed before its first checkpoint left

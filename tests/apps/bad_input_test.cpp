@@ -109,6 +109,8 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
       {"--out ''", "--out", "expected a directory path, got ''"},
       {"--epochs 99999999999999999999", "--epochs", ">= 1, got '99999999999999999999' (outside"},
       {"--time-limit 1e10", "--time-limit", ">= 0 and <= 1e+09"},
+      {"--ema 1", "--ema", ">= 0 and < 1, got '1'"},
+      {"--lr ' 0.1'", "--lr", "got ' 0.1'"},
   };
   for (const auto& c : cases) {
     const auto result = run_briefly(c.arguments + " --out " + out.string());
@@ -118,6 +120,11 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
     BOOST_TEST(lines(result.output) <= 3, result.output);
     BOOST_TEST(!fs::exists(out), c.arguments << ": " << out << " was created");
   }
+  // A number too small for a normal double is read as what it is, not refused.
+  const auto tiny_out = scratch_path("bad_input_test", "subnormal_lr");
+  const auto tiny = run_briefly("--lr 4.9e-324 --epochs 1 --max-steps 1 --no-progress --out " +
+                                tiny_out.string());
+  BOOST_TEST(tiny.status == 0, tiny.output);
 }
 
 // --device names a device this machine has: a malformed one, or CUDA where there is none, is a
@@ -205,8 +212,9 @@ BOOST_AUTO_TEST_CASE(images_too_small_for_the_cnn_are_refused_naming_the_file) {
   BOOST_TEST(mlp.status == 0, mlp.output);
 }
 
-// The header is checked against the file's size before anything is allocated.
-BOOST_AUTO_TEST_CASE(an_idx_header_announcing_more_than_the_file_holds_is_refused_at_once) {
+// The header is checked against the file's size before anything is allocated; bytes after the
+// announced data (a file of another shape) are refused as well, as torchvision's reader does.
+BOOST_AUTO_TEST_CASE(an_idx_header_announcing_another_size_than_the_file_holds_is_refused) {
   const auto out = scratch_path("bad_input_test", "idx_out");
   for (const std::vector<std::uint32_t>& sizes :
        {std::vector<std::uint32_t>{0x7fffffff, 28, 28}, {0xffffffff, 0xffffffff, 0xffffffff}}) {
@@ -214,8 +222,14 @@ BOOST_AUTO_TEST_CASE(an_idx_header_announcing_more_than_the_file_holds_is_refuse
     const auto images = dir / "train-images-idx3-ubyte";
     write_idx(images, sizes, std::string(1000, char(1)));
     expect_data_error("--data mnist:" + dir.string(), out,
-                      {images.string(), "holds 1000 bytes of data", "more than that"});
+                      {images.string(), "holds 1000 bytes of data", "its header announces"});
   }
+  const auto dir = make_idx_mnist("idx_trailing", 20, 10, 28);
+  const auto images = dir / "train-images-idx3-ubyte";
+  write_idx(images, {20, 28, 28}, std::string(20 * 28 * 28 + 5, char(1)));
+  expect_data_error(
+      "--data mnist:" + dir.string(), out,
+      {images.string(), "holds 15685 bytes of data; its header announces 20 x 28 x 28 bytes"});
 }
 
 BOOST_AUTO_TEST_CASE(empty_or_degenerate_idx_files_are_refused_naming_the_file) {

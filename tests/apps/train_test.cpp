@@ -455,6 +455,24 @@ BOOST_AUTO_TEST_CASE(failed_runs_exit_1_with_the_reason_and_no_summary) {
   const auto bad_cell = make_csv("bad_cell", "a,label", "1,0\n2,1\nseven,0\n");
   expect_failure("--data csv:" + bad_cell.string(), "row 4 column 'a': 'seven' is not a number");
   expect_failure("--data csv:/no/such.csv", "cannot open '/no/such.csv'");
+  const auto twice = make_csv("twice", "a,label,label", "1,0,1\n2,1,0\n");
+  expect_failure("--data csv:" + twice.string(),
+                 "names column 2 and column 3 'label'; expected a different name for every column");
+}
+
+// A UTF-8 byte order mark before the header (as spreadsheets write one) is not part of the first
+// column's name.
+BOOST_AUTO_TEST_CASE(a_csv_file_with_a_byte_order_mark_reads_its_first_column) {
+  std::string rows;
+  for (int i = 0; i < 40; ++i) rows += std::to_string(i % 2) + "," + std::to_string(i) + "\n";
+  const auto csv = make_csv("bom",
+                            "\xEF\xBB\xBF"
+                            "label,a",
+                            rows);
+  const auto out = scratch("train_test", "bom_run");
+  const auto result = run_train("--data csv:" + csv.string() +
+                                " --epochs 1 --max-steps 2 --no-progress --out " + out.string());
+  BOOST_TEST(result.status == 0, result.output);
 }
 
 BOOST_AUTO_TEST_CASE(unwritable_output_directory) {
@@ -681,6 +699,15 @@ BOOST_AUTO_TEST_CASE(an_swa_run_killed_mid_average_resumes_to_the_same_parameter
   BOOST_TEST(has(json_string(expected, "identity"), "swa_start=0.125\nswa_lr=0.02"));
   BOOST_TEST(json_string(expected, "params_sha256") !=
              json_string(read_text(plain / "summary.json"), "params_sha256"));
+  // The summary's final validation is of the average, the weights model.pt holds.
+  const auto validated = scratch("train_test", "swa_validated");
+  const auto check = run_train("--init-from " + (reference / "model.pt").string() +
+                               " --validate --no-progress --out " + validated.string());
+  BOOST_TEST_REQUIRE(check.status == 0, check.output);
+  const auto of_model = read_text(validated / "summary.json");
+  for (const auto* key : {"final_val_loss", "final_val_accuracy"}) {
+    BOOST_TEST(json_number(expected, key) == json_number(of_model, key), key);
+  }
 
   const auto out = scratch("train_test", "swa_killed");
   const std::vector<std::string> arguments{
@@ -709,6 +736,33 @@ BOOST_AUTO_TEST_CASE(a_directory_holding_a_run_needs_resume_or_overwrite) {
   BOOST_TEST(torchbus::testing::event_files(out / "tensorboard").size() == 1u);
   BOOST_TEST(has(read_text(out / "summary.json"), "\"seed\": 9"));
   BOOST_TEST(run_train(flags + " --resume --overwrite").status == 2);
+}
+
+// A run that kept no checkpoints (--no-checkpoints) and ended is finished for --resume too: its
+// summary tells, and nothing is trained or rewritten. Its summary of an interruption does not
+// tell of an end: the run starts again.
+BOOST_AUTO_TEST_CASE(a_finished_run_without_checkpoints_is_not_trained_again_by_resume) {
+  const auto out = scratch("train_test", "finished_without_checkpoints");
+  const std::string flags = " --epochs 1 --max-steps 5 --no-progress --out " + out.string();
+  BOOST_TEST_REQUIRE(run_train(flags + " --no-checkpoints").status == 0);
+  const auto summary = read_text(out / "summary.json");
+  const auto model = read_text(out / "model.pt");
+  const auto resumed = run_train(flags + " --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "already finished: max_steps reached"), resumed.output);
+  BOOST_TEST(has(resumed.output, "it kept no checkpoints"), resumed.output);
+  BOOST_TEST(read_text(out / "summary.json") == summary);
+  BOOST_TEST(read_text(out / "model.pt") == model);
+
+  auto interrupted = summary;
+  const auto code = interrupted.find("\"exit_code\": 0");
+  BOOST_TEST_REQUIRE(code != std::string::npos, summary);
+  interrupted.replace(code, 14, "\"exit_code\": 130");
+  std::ofstream(out / "summary.json") << interrupted;
+  const auto again = run_train(flags + " --resume");
+  BOOST_TEST_REQUIRE(again.status == 0, again.output);
+  BOOST_TEST(has(again.output, "starting it from scratch"), again.output);
+  BOOST_TEST(json_number(read_text(out / "summary.json"), "exit_code") == 0);
 }
 
 BOOST_AUTO_TEST_CASE(bad_values_are_named_with_their_flag) {
@@ -827,6 +881,41 @@ BOOST_AUTO_TEST_CASE(fast_dev_run_checks_the_loop_in_seconds_and_writes_nothing)
     BOOST_TEST(refused.status == 2, arguments << ": " << refused.output);
     BOOST_TEST(has(refused.output, "--fast-dev-run checks the loop from a fresh start"));
   }
+  // It validates even when --val-every* do not and ends "completed" whatever --max-steps says; its
+  // schedule is the full run's (a one-cycle over its one step would be refused).
+  const auto overridden = run_train("--fast-dev-run 2 --val-every 0 --max-steps 1 --no-progress");
+  BOOST_TEST_REQUIRE(overridden.status == 0, overridden.output);
+  BOOST_TEST(has(overridden.output, "done in"));
+  BOOST_TEST(has(overridden.output, "2 steps"), overridden.output);
+  BOOST_TEST(!has(overridden.output, "val loss nan"), overridden.output);
+  BOOST_TEST(has(overridden.output, "completed"), overridden.output);
+  BOOST_TEST(!has(overridden.output, "max_steps reached"), overridden.output);
+  const auto scheduled = run_train("--fast-dev-run --scheduler onecycle --no-progress");
+  BOOST_TEST(scheduled.status == 0, scheduled.output);
+}
+
+// What the library refuses in the trainer's options or in a callback the flags make is a usage
+// error naming the flags, found before OUT is created: the corrected command then runs there.
+BOOST_AUTO_TEST_CASE(configurations_the_library_refuses_are_usage_errors_before_out_exists) {
+  const auto out = torchbus::testing::scratch_path("train_test", "refused_configuration");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--max-steps 0", "--max-steps 0 trains nothing"},
+      {"--scheduler onecycle --max-steps 3",
+       "--scheduler onecycle over the run's 3 optimizer step(s): LearningRateScheduler: one-cycle "
+       "needs pct_start * total_steps > 1"},
+      {"--scheduler onecycle --epochs 1 --limit-train-batches 1",
+       "--scheduler onecycle over the run's 1 optimizer step(s)"}};
+  for (const auto& [arguments, message] : cases) {
+    const auto refused = run_train(arguments + " --no-progress --out " + out.string());
+    BOOST_TEST(refused.status == 2, arguments << ": " << refused.output);
+    BOOST_TEST(has(refused.output, message), arguments << ": " << refused.output);
+    BOOST_TEST(!fs::exists(out), arguments << ": " << out.string() << " was created");
+  }
+  const auto fixed = run_train(
+      "--scheduler onecycle --max-steps 30 --no-progress --no-report "
+      "--no-tensorboard --out " +
+      out.string());
+  BOOST_TEST(fixed.status == 0, fixed.output);
 }
 
 // --limit-train-batches (a count or a fraction) and --accumulate-schedule decide the steps made,
@@ -905,9 +994,9 @@ BOOST_AUTO_TEST_CASE(linear_and_restarts_schedules_over_the_run) {
     const auto [start, length] = t < period       ? std::pair{std::size_t{0}, period}
                                  : t < 3 * period ? std::pair{period, 2 * period}
                                                   : std::pair{3 * period, 4 * period};
-    const auto expected = 0.01 * (1.0 + std::cos(M_PI * static_cast<double>(t - start) /
-                                                 static_cast<double>(length))) /
-                          2.0;
+    const auto expected =
+        0.01 *
+        (1.0 + std::cos(M_PI * static_cast<double>(t - start) / static_cast<double>(length))) / 2.0;
     BOOST_TEST(std::abs(restarts[t] - expected) <= 1e-9, "step " << t + 1);
   }
   BOOST_TEST(restarts.back() < 0.01 * 0.1);
