@@ -663,14 +663,14 @@ torchbus::TrainerOptions trainer_options(const Flags& flags, const c10::Device& 
       .device(device);
 }
 
-/// Builds the trainer's options and the steering callbacks once before OUT is touched: what the
-/// library refuses in them is a usage error, and nothing is written.
-void check_trainer_configuration(const Flags& flags, const c10::Device& device,
-                                 std::int64_t batches_per_epoch) {
+/// The steering callbacks, built before OUT is touched with the trainer's options checked: what
+/// the library refuses in them is a usage error, and nothing is written.
+std::vector<std::shared_ptr<torchbus::Callback>> configured_steering(
+    const Flags& flags, const c10::Device& device, std::int64_t batches_per_epoch) {
   try {
     const auto options = trainer_options(flags, device);
     options.validate();
-    steering_callbacks(flags, options, batches_per_epoch);
+    return steering_callbacks(flags, options, batches_per_epoch);
   } catch (const torchbus::ConfigError& error) {
     throw UsageError(error.what());
   }
@@ -982,6 +982,7 @@ int run(Flags flags) {
   std::string split_identity;  // as runs before global_batch named it; they still resume
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   train::TrainingDevice device;
+  std::vector<std::shared_ptr<torchbus::Callback>> steering;  // built and checked before OUT
   train::run_agreed(*group, [&] {
     device = train::resolve_device(flags.device, world_size);
     check_flag_combinations(flags, device.device);
@@ -998,7 +999,7 @@ int run(Flags flags) {
     check_shardable(flags, data, world_size);
     const auto planned = rank_batches(flags, data, *group, device.device);
     check_batch_limits(flags, planned);
-    check_trainer_configuration(flags, device.device, planned.train.batches_per_epoch());
+    steering = configured_steering(flags, device.device, planned.train.batches_per_epoch());
     model = make_model(flags, data);
     std::string init_from_sha256;
     if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
@@ -1059,7 +1060,7 @@ int run(Flags flags) {
       train::RunSegment{0, world_size, flags.batch_size, flags.accumulate});
   trainer.add(segments);
   std::shared_ptr<torchbus::SWA> swa;  // --swa-start: ends the run with its average
-  for (auto& callback : steering_callbacks(flags, options, batches.train.batches_per_epoch())) {
+  for (auto& callback : steering) {
     if (auto averaging = std::dynamic_pointer_cast<torchbus::SWA>(callback)) swa = averaging;
     trainer.add(std::move(callback));
   }
