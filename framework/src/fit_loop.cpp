@@ -112,8 +112,9 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
       state.record_metric(loss.epoch, state.metrics.epoch_mean(loss.step, counters_.epoch));
     }
   }
-  // One validation per step's weights: the epoch's is not run when a val_every_n_steps validation
-  // ran after its last step (as Lightning decides once per batch whether to validate).
+  // One validation per step's weights: the epoch's is not run when no step changed them since the
+  // last validation (one after the epoch's last step, or an epoch that made no step), as Lightning
+  // validates at most once after a batch.
   const auto every = options.val_every_n_epochs();
   if (validation && every > 0 && !sync_.stopping() && (counters_.epoch + 1) % every == 0 &&
       validated_step_ != counters_.step) {
