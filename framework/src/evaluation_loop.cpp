@@ -37,6 +37,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   context_.module.eval();
   detail::StateWriter::set_training(state, false);
   batch_ = 0;
+  ended_ = false;
   events.open(Event::EvalStart, Event::EvalEnd);
   data.start_epoch(0);
   at::Tensor loss_sum;
@@ -80,6 +81,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
     events.publish_progress();  // recorded at the fit's step and epoch
     state.record_metric(metric_names::kValLoss, mean_loss);
   }
+  ended_ = true;
   events.close();  // EvalEnd
   detail::StateWriter::set_training(state, true);
   return mean_loss;

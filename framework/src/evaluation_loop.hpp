@@ -23,11 +23,14 @@ class EvaluationLoop {
   at::Tensor run(BatchSource& data, std::int64_t batch_limit);
   /// Writes the batch count into `state` (State::eval_batch).
   void publish(State& state) const noexcept;
+  /// Whether the last evaluation started reached its EvalEnd (its metrics are recorded).
+  bool ended() const noexcept { return ended_; }
 
  private:
   LoopContext context_;
   DistributedSync& sync_;
   std::int64_t batch_ = 0;  // the current evaluation batch (after EvalEnd: the batches it had)
+  bool ended_ = false;      // the last evaluation reached its EvalEnd
 };
 
 }  // namespace torchbus

@@ -33,6 +33,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   state.clear_stop();  // a resume restores the stop that ended the run, if one did
   resume_skip_ = 0;    // and the batches of its epoch already trained
   validated_step_ = -1;
+  validating_ = false;
   epoch_finished_ = false;
 }
 
@@ -135,8 +136,10 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
 }
 
 void FitLoop::validate(BatchSource& validation) {
-  validated_step_ = counters_.step;  // before: a checkpoint at its EvalEnd records it
+  validating_ = true;
   evaluation_.run(validation, val_batch_limit_);
+  validating_ = false;
+  validated_step_ = counters_.step;
 }
 
 void FitLoop::start_epoch(BatchSource& train) {
@@ -274,7 +277,9 @@ FitProgress FitLoop::progress() const {
   progress.batch_samples = batch_samples_;
   progress.epoch_start_rng =
       next_epoch || !epoch_start_rng_.defined() ? RngState::capture_cpu() : epoch_start_rng_;
-  progress.validated_step = validated_step_;
+  // A validation counts from its EvalEnd on, where its metrics are recorded: a checkpoint taken
+  // earlier in it resumes to run it.
+  progress.validated_step = validating_ && evaluation_.ended() ? counters_.step : validated_step_;
   return progress;
 }
 

@@ -112,6 +112,7 @@ class FitLoop {
   // The step whose weights the last validation ran on (-1: none yet): an epoch-end validation
   // right after a step's validation would see the same weights, and is not run.
   std::int64_t validated_step_ = -1;
+  bool validating_ = false;  // in a validation of the training (set until it returns)
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
   std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)
   // Resumed on another number of ranks: the checkpoint's ranks, and the samples a batch across

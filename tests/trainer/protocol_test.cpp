@@ -281,6 +281,40 @@ BOOST_AUTO_TEST_CASE(a_resume_after_the_validation_of_an_epochs_last_step_does_n
   }
 }
 
+// A checkpoint taken inside that validation, before its EvalEnd, does not count it: the resume
+// validates those weights (at the epoch's end), as the uninterrupted run did after the step.
+BOOST_AUTO_TEST_CASE(a_resume_from_inside_the_validation_of_an_epochs_last_step_runs_it) {
+  const TempDir dir("protocol");
+  const auto file = dir.path / "inside_validation.tbckpt";
+  const auto options = TrainerOptions().max_epochs(2).val_every_n_steps(2).seed(3);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  RecordedRun whole(options);
+  whole.trainer.fit(train, validation);
+  {
+    RecordedRun first(options);
+    first.trainer.on(Event::EvalBatchEnd, [&](State& s) {
+      if (s.step != 4) return;
+      first.trainer.save_checkpoint(file);
+      throw std::runtime_error("interrupted");
+    });
+    BOOST_CHECK_THROW(first.trainer.fit(train, validation), std::runtime_error);
+  }
+  RecordedRun resumed(options);
+  resumed.trainer.resume_from(file);
+  resumed.trainer.fit(train, validation);
+  BOOST_TEST(resumed.events() ==
+             join({"ActionStart EpochStart", evaluation(1), "EpochEnd EpochStart", step(1),
+                   step(1), evaluation(1), step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
+  const auto& expected = whole.trainer.state().metrics.series("val_loss");
+  const auto& got = resumed.trainer.state().metrics.series("val_loss");
+  BOOST_TEST_REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    BOOST_TEST(got[i].step == expected[i].step);
+    BOOST_TEST(got[i].value == expected[i].value);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
   RecordedRun run{TrainerOptions()};
   std::vector<bool> cancelled_at_end;
