@@ -933,6 +933,34 @@ int validate_weights(torchbus::Trainer& trainer, const torch::nn::Module& model,
   return 0;
 }
 
+/// A validation's mean loss and accuracy.
+struct ValidationResult {
+  double loss = std::nan("");
+  double accuracy = std::nan("");
+};
+
+/// Validates the weights `model` holds (SWA's average, put in at the end of fit) as the run's
+/// validations do, on a trainer of its own: the run's callbacks (its report, its segments, the
+/// loggers) stay those of its training.
+ValidationResult validate_final_weights(const Flags& flags, const torch::nn::Sequential& model,
+                                        torchbus::BatchSource& validation,
+                                        const std::shared_ptr<torchbus::ProcessGroup>& group,
+                                        const c10::Device& device) {
+  auto optimizer = make_optimizer(flags, model->parameters());  // a trainer needs one; unused
+  torchbus::Trainer trainer(
+      model, *optimizer,
+      [](const at::Tensor& output, const at::Tensor& target) {
+        return torch::nn::functional::cross_entropy(output, target);
+      },
+      trainer_options(flags, device).use_registered_subscriptions(false));
+  trainer.set_process_group(group);
+  trainer.add(std::make_shared<train::Accuracy>());
+  ValidationResult result;
+  result.loss = trainer.evaluate_source(validation);
+  result.accuracy = latest_or_nan(trainer.state().metrics, "val_accuracy");
+  return result;
+}
+
 /// Set once training started: from then on every failure is a runtime failure (exit 1).
 bool training_started = false;
 
@@ -1146,6 +1174,13 @@ int run(Flags flags) {
   training_started = true;
   const auto started = std::chrono::steady_clock::now();
   const auto& state = trainer.state();
+  std::optional<ValidationResult> average_validation;  // of SWA's average, when validated
+  // The validation the summary reports: of the weights model.pt holds when it was run.
+  const auto final_validation = [&] {
+    return average_validation ? *average_validation
+                              : ValidationResult{latest_or_nan(state.metrics, "val_loss"),
+                                                 latest_or_nan(state.metrics, "val_accuracy")};
+  };
   const auto write_summary = [&](const std::string& stop_reason, int exit_code, double seconds) {
     // Every rank reads as many samples per step (Shard::equal_sizes).
     const auto all_samples = static_cast<double>(samples) * world_size;
@@ -1159,8 +1194,8 @@ int run(Flags flags) {
         {"epochs", state.epoch},
         {"final_train_loss", latest_or_nan(state.metrics, "train_loss_epoch")},
         {"final_train_accuracy", latest_or_nan(state.metrics, "train_accuracy")},
-        {"final_val_loss", latest_or_nan(state.metrics, "val_loss")},
-        {"final_val_accuracy", latest_or_nan(state.metrics, "val_accuracy")},
+        {"final_val_loss", final_validation().loss},
+        {"final_val_accuracy", final_validation().accuracy},
         {"wall_seconds", seconds},
         {"samples_per_second", seconds > 0 ? all_samples / seconds : 0.0},
         {"stop_reason", stop_reason},
@@ -1201,12 +1236,13 @@ int run(Flags flags) {
       exit_code = train::kExitSignalBase + static_cast<int>(signalled->second);
     }
     // The validations saw the trained weights; SWA put its average in at the end: validated
-    // once more, so that the summary's final_val_* describe model.pt.
+    // once more, so that the summary's final_val_* describe model.pt (an interrupted run exits
+    // at once and reports its last validation).
     if (swa && !swa->average().empty() && exit_code == 0 && gets_validation_data(flags)) {
-      trainer.evaluate_source(batches.validation);
+      average_validation =
+          validate_final_weights(flags, model, batches.validation, group, device.device);
       log->info("SWA: the average of {} epochs (model.pt): val loss {:.4f} accuracy {:.3f}",
-                swa->averaged(), latest_or_nan(state.metrics, "val_loss"),
-                latest_or_nan(state.metrics, "val_accuracy"));
+                swa->averaged(), average_validation->loss, average_validation->accuracy);
     }
   } catch (const torchbus::DistributedError& error) {
     // Another rank failed or died: rank 0 records how far the run got, if it can.
@@ -1228,7 +1264,7 @@ int run(Flags flags) {
   const auto disabled = std::count_if(failures.begin(), failures.end(),
                                       [](const auto& failure) { return failure.disabled; });
   log->info("done in {:.1f} s: {} steps, val accuracy {:.3f}, {}{}{}", seconds, state.step,
-            latest_or_nan(state.metrics, "val_accuracy"), stop_reason,
+            final_validation().accuracy, stop_reason,
             disabled == 0 ? std::string()
                           : fmt::format("; {} subscriber(s) disabled after they threw (listed "
                                         "above and in summary.json)",

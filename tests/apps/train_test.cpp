@@ -708,6 +708,10 @@ BOOST_AUTO_TEST_CASE(an_swa_run_killed_mid_average_resumes_to_the_same_parameter
   for (const auto* key : {"final_val_loss", "final_val_accuracy"}) {
     BOOST_TEST(json_number(expected, key) == json_number(of_model, key), key);
   }
+  // That validation is not the run's: its segments start at step 0, its report is of the fit.
+  BOOST_TEST(has(expected, "\"first_step\": 0"), expected);
+  BOOST_TEST(!has(expected, "\"first_step\": 1024"), expected);
+  BOOST_TEST(!has(read_text(reference / "report.html"), "<td>evaluate</td>"));
 
   const auto out = scratch("train_test", "swa_killed");
   const std::vector<std::string> arguments{
