@@ -122,6 +122,39 @@ void check_failed_evaluate(EvalFailure where) {
   BOOST_TEST(run.model->is_training());
 }
 
+/// Two epochs of 4 steps validated every second step, trained whole and, in another run, saved at
+/// `when` of the validation after step 4 (the first epoch's last), interrupted, and resumed:
+/// checks that both record the same val_loss series; returns the resumed run's events.
+std::string resumed_after_saving_in_a_validation(Event when) {
+  const TempDir dir("protocol");
+  const auto file = dir.path / "in_validation.tbckpt";
+  const auto options = TrainerOptions().max_epochs(2).val_every_n_steps(2).seed(3);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  RecordedRun whole(options);
+  whole.trainer.fit(train, validation);
+  {
+    RecordedRun first(options);
+    first.trainer.on(when, [&](State& s) {
+      if (s.step != 4) return;
+      first.trainer.save_checkpoint(file);
+      throw std::runtime_error("interrupted");
+    });
+    BOOST_CHECK_THROW(first.trainer.fit(train, validation), std::runtime_error);
+  }
+  RecordedRun resumed(options);
+  resumed.trainer.resume_from(file);
+  resumed.trainer.fit(train, validation);
+  const auto& expected = whole.trainer.state().metrics.series("val_loss");
+  const auto& got = resumed.trainer.state().metrics.series("val_loss");
+  BOOST_TEST_REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    BOOST_TEST(got[i].step == expected[i].step);
+    BOOST_TEST(got[i].value == expected[i].value);
+  }
+  return resumed.events();
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(protocol)
@@ -250,69 +283,17 @@ BOOST_AUTO_TEST_CASE(max_steps_after_a_step_validation_validates_once) {
 // Checkpointed after the validation of an epoch's last step, a resume ends that epoch without
 // validating it again, as the uninterrupted run did.
 BOOST_AUTO_TEST_CASE(a_resume_after_the_validation_of_an_epochs_last_step_does_not_repeat_it) {
-  const TempDir dir("protocol");
-  const auto file = dir.path / "after_validation.tbckpt";
-  const auto options = TrainerOptions().max_epochs(2).val_every_n_steps(2).seed(3);
-  auto train = make_batches(4, 4);
-  auto validation = make_batches(1, 4, 4, 3, 99);
-  RecordedRun whole(options);
-  whole.trainer.fit(train, validation);
-  {
-    RecordedRun first(options);
-    first.trainer.on(Event::EvalEnd, [&](State& s) {
-      if (s.step != 4) return;
-      first.trainer.save_checkpoint(file);
-      throw std::runtime_error("interrupted");
-    });
-    BOOST_CHECK_THROW(first.trainer.fit(train, validation), std::runtime_error);
-  }
-  RecordedRun resumed(options);
-  resumed.trainer.resume_from(file);
-  resumed.trainer.fit(train, validation);
-  BOOST_TEST(resumed.events() ==
+  BOOST_TEST(resumed_after_saving_in_a_validation(Event::EvalEnd) ==
              join({"ActionStart EpochStart EpochEnd EpochStart", step(1), step(1), evaluation(1),
                    step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
-  const auto& expected = whole.trainer.state().metrics.series("val_loss");
-  const auto& got = resumed.trainer.state().metrics.series("val_loss");
-  BOOST_TEST_REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    BOOST_TEST(got[i].step == expected[i].step);
-    BOOST_TEST(got[i].value == expected[i].value);
-  }
 }
 
 // A checkpoint taken inside that validation, before its EvalEnd, does not count it: the resume
 // validates those weights (at the epoch's end), as the uninterrupted run did after the step.
 BOOST_AUTO_TEST_CASE(a_resume_from_inside_the_validation_of_an_epochs_last_step_runs_it) {
-  const TempDir dir("protocol");
-  const auto file = dir.path / "inside_validation.tbckpt";
-  const auto options = TrainerOptions().max_epochs(2).val_every_n_steps(2).seed(3);
-  auto train = make_batches(4, 4);
-  auto validation = make_batches(1, 4, 4, 3, 99);
-  RecordedRun whole(options);
-  whole.trainer.fit(train, validation);
-  {
-    RecordedRun first(options);
-    first.trainer.on(Event::EvalBatchEnd, [&](State& s) {
-      if (s.step != 4) return;
-      first.trainer.save_checkpoint(file);
-      throw std::runtime_error("interrupted");
-    });
-    BOOST_CHECK_THROW(first.trainer.fit(train, validation), std::runtime_error);
-  }
-  RecordedRun resumed(options);
-  resumed.trainer.resume_from(file);
-  resumed.trainer.fit(train, validation);
-  BOOST_TEST(resumed.events() ==
-             join({"ActionStart EpochStart", evaluation(1), "EpochEnd EpochStart", step(1),
-                   step(1), evaluation(1), step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
-  const auto& expected = whole.trainer.state().metrics.series("val_loss");
-  const auto& got = resumed.trainer.state().metrics.series("val_loss");
-  BOOST_TEST_REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    BOOST_TEST(got[i].step == expected[i].step);
-    BOOST_TEST(got[i].value == expected[i].value);
-  }
+  BOOST_TEST(resumed_after_saving_in_a_validation(Event::EvalBatchEnd) ==
+             join({"ActionStart EpochStart", evaluation(1), "EpochEnd EpochStart", step(1), step(1),
+                   evaluation(1), step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
 }
 
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
