@@ -35,6 +35,9 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   validated_step_ = -1;
   validating_ = false;
   epoch_finished_ = false;
+  series_before_epoch_end_.reset();
+  validated_before_epoch_end_ = -1;
+  order_drawn_ = false;
 }
 
 void FitLoop::run(BatchSource& train, BatchSource* validation, bool fresh) {
@@ -82,6 +85,7 @@ void FitLoop::run_sanity_check(BatchSource& validation) {
 void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   auto& state = context_.state;
   const auto& options = context_.options;
+  drop_unfinished_epoch_end();
   counters_.batch_in_epoch = 0;
   detail::StateWriter::set_training(state, true);
   epoch_finished_ = false;
@@ -106,6 +110,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   }
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
+  if (!completed) mark_unfinished_epoch_end();
   context_.events.publish_progress();  // the metrics are recorded at the loop's step and epoch
   for (const auto& loss : step_.loss_metrics()) {
     if (state.metrics.contains(loss.step) &&
@@ -132,6 +137,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   if (completed) {
     ++counters_.epoch;
     counters_.batch_in_epoch = 0;
+    order_drawn_ = false;
   }
 }
 
@@ -142,17 +148,46 @@ void FitLoop::validate(BatchSource& validation) {
   validated_step_ = counters_.step;
 }
 
+void FitLoop::mark_unfinished_epoch_end() {
+  const auto& metrics = context_.state.metrics;
+  SeriesLengths lengths;
+  for (auto& name : metrics.names()) {
+    const auto length = static_cast<std::int64_t>(metrics.length(name));
+    lengths.emplace_back(std::move(name), length);
+  }
+  series_before_epoch_end_ = std::move(lengths);
+  validated_before_epoch_end_ = validated_step_;
+}
+
+void FitLoop::drop_unfinished_epoch_end() {
+  if (!series_before_epoch_end_) return;
+  // What the cut-short end recorded (its epoch means, a validation, what EpochEnd's subscribers
+  // recorded) is recorded again by the continued epoch's end: CsvLogger drops its rows alike.
+  auto& metrics = context_.state.metrics;
+  for (const auto& name : metrics.names()) {
+    std::int64_t kept = 0;  // a series the end began has no point before it
+    for (const auto& [marked, length] : *series_before_epoch_end_) {
+      if (marked == name) kept = length;
+    }
+    metrics.truncate(name, static_cast<std::size_t>(kept));
+  }
+  validated_step_ = validated_before_epoch_end_;
+  series_before_epoch_end_.reset();
+}
+
 void FitLoop::start_epoch(BatchSource& train) {
-  if (resume_skip_ == 0) {
+  if (!order_drawn_) {
     // Every rank draws the epoch's order (e.g. a DistributedSampler's permutation) from rank 0's
     // generator, so that the shards stay disjoint.
     sync_.share_cpu_generator();
     epoch_start_rng_ = RngState::capture_cpu();
     train.start_epoch(counters_.epoch);
+    order_drawn_ = true;
     return;
   }
-  // Resuming mid-epoch: draw the epoch's order as the interrupted run did, skip what it trained,
-  // then continue with the generator where the checkpoint left it.
+  // Resuming an epoch whose order was drawn (mid-epoch, or stopped before its first batch): draw
+  // it as the interrupted run did, skip what it trained, then continue with the generator where
+  // the checkpoint left it.
   const auto rng_now = RngState::capture_cpu();
   RngState::restore_cpu(epoch_start_rng_);
   train.start_epoch(counters_.epoch);
@@ -275,11 +310,16 @@ FitProgress FitLoop::progress() const {
   progress.world_size = state.world_size;
   progress.accumulate_grad_batches = state.accumulate_grad_batches;
   progress.batch_samples = batch_samples_;
-  progress.epoch_start_rng =
-      next_epoch || !epoch_start_rng_.defined() ? RngState::capture_cpu() : epoch_start_rng_;
+  progress.order_drawn = order_drawn_ && !next_epoch;
+  progress.epoch_start_rng = progress.order_drawn ? epoch_start_rng_ : RngState::capture_cpu();
   // A validation counts from its EvalEnd on, where its metrics are recorded: a checkpoint taken
   // earlier in it resumes to run it.
   progress.validated_step = validating_ && evaluation_.ended() ? counters_.step : validated_step_;
+  // The end of an epoch cut short runs again when a resume continues the epoch.
+  if (series_before_epoch_end_ && !next_epoch) {
+    progress.series_before_epoch_end = series_before_epoch_end_;
+    progress.validated_step = validated_before_epoch_end_;
+  }
   return progress;
 }
 
@@ -292,6 +332,7 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   // The run's end: a resume from this checkpoint trains nothing (absent: it goes on).
   if (!saved.stop_reason.empty()) archive.write("stop_reason", c10::IValue(saved.stop_reason));
   archive.write("epoch_start_rng", saved.epoch_start_rng);
+  archive.write("epoch_order_drawn", c10::IValue(saved.order_drawn));
   // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on.
   const auto k_epoch =
       std::max<std::int64_t>(0, saved.batch_in_epoch > 0 ? saved.epoch : saved.epoch - 1);
@@ -303,6 +344,17 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   archive.write("batch_samples", c10::IValue(saved.batch_samples));
   // So that a resume at the end of a validated step's epoch does not validate it again.
   archive.write("validated_step", c10::IValue(saved.validated_step));
+  if (const auto& lengths = saved.series_before_epoch_end) {
+    std::vector<std::string> names;
+    std::vector<std::int64_t> counts;
+    for (const auto& [name, length] : *lengths) {
+      names.push_back(name);
+      counts.push_back(length);
+    }
+    archive.write("series_before_epoch_end_names", c10::IValue(detail::join_lines(names)));
+    // A tensor: it reads back alike when it is empty (no series was recorded yet).
+    archive.write("series_before_epoch_end_lengths", torch::tensor(counts, torch::kLong));
+  }
 }
 
 FitProgress read_fit_position(detail::CheckpointReader& reader) {
@@ -318,6 +370,12 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
     reader.fail("has a malformed 'stop_reason' entry");
   }
   if (stop_reason.isString()) progress.stop_reason = stop_reason.toStringRef();
+  // Checkpoints before it was written replay the order of an epoch they are inside of.
+  const auto order_drawn = reader.optional_value("epoch_order_drawn");
+  if (!order_drawn.isNone() && !order_drawn.isBool()) {
+    reader.fail("has a malformed 'epoch_order_drawn' entry");
+  }
+  progress.order_drawn = order_drawn.isBool() ? order_drawn.toBool() : progress.batch_in_epoch > 0;
   const auto ranks = reader.optional_value("world_size");
   if (ranks.isInt()) progress.world_size = ranks.toInt();
   progress.accumulate_grad_batches = reader.value("accumulate_grad_batches").toInt();
@@ -325,6 +383,24 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
   if (batch_samples.isInt()) progress.batch_samples = batch_samples.toInt();
   const auto validated_step = reader.optional_value("validated_step");
   if (validated_step.isInt()) progress.validated_step = validated_step.toInt();
+  const auto names = reader.optional_value("series_before_epoch_end_names");
+  const auto lengths = reader.optional_tensor("series_before_epoch_end_lengths");
+  if (names.isNone() != !lengths.defined() || (!names.isNone() && !names.isString())) {
+    reader.fail("has a malformed 'series_before_epoch_end' entry");
+  }
+  if (names.isString()) {
+    const auto name_list = detail::split_lines(names.toStringRef());
+    if (lengths.dim() != 1 || lengths.scalar_type() != torch::kLong ||
+        lengths.numel() != static_cast<std::int64_t>(name_list.size())) {
+      reader.fail("has a malformed 'series_before_epoch_end' entry: ", name_list.size(),
+                  " names, lengths of shape ", lengths.sizes(), " ", lengths.scalar_type());
+    }
+    const auto length_list = lengths.cpu().contiguous();
+    const auto* length = length_list.data_ptr<std::int64_t>();
+    SeriesLengths series;
+    for (std::size_t i = 0; i < name_list.size(); ++i) series.emplace_back(name_list[i], length[i]);
+    progress.series_before_epoch_end = std::move(series);
+  }
   return progress;
 }
 
@@ -401,7 +477,10 @@ void FitLoop::restore(const FitProgress& progress) {
                                     : std::string());
   }
   epoch_start_rng_ = progress.epoch_start_rng;
+  order_drawn_ = progress.order_drawn;
   validated_step_ = progress.validated_step;
+  series_before_epoch_end_ = progress.series_before_epoch_end;
+  validated_before_epoch_end_ = progress.validated_step;
   state.clear_stop();
   if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);
 }

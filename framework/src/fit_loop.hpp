@@ -16,9 +16,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchbus {
+
+/// Points per metric series (name, length) of the metric history at some moment.
+using SeriesLengths = std::vector<std::pair<std::string, std::int64_t>>;
 
 /// Where a fit stands, as a checkpoint keeps it: the position a resume continues from, the run's
 /// end (a finished run's stop reason), and the generator state the epoch's data order was drawn
@@ -40,8 +44,14 @@ struct FitProgress {
   /// hold here so that a step keeps the checkpoint's global batch.
   std::int64_t expected_batch_samples = 0;
   at::Tensor epoch_start_rng;  ///< the CPU generator when the epoch's order was drawn
+  /// Whether the epoch a resume continues had drawn its order (a resume draws it again from
+  /// `epoch_start_rng`); false for an epoch not begun.
+  bool order_drawn = false;
   /// The step the run's last validation ran after (-1: none, or not recorded).
   std::int64_t validated_step = -1;
+  /// Set when the epoch a resume continues was cut short and had begun its end: the history's
+  /// lengths before that end, which the continued epoch runs again (what it recorded is dropped).
+  std::optional<SeriesLengths> series_before_epoch_end;
 };
 
 /// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
@@ -98,6 +108,11 @@ class FitLoop {
   void count_batch_samples();
   bool step_limit_reached() const noexcept;
   bool finished() const noexcept;
+  // Notes where the end of an epoch cut short begins: the history's lengths and the last
+  // validation before it.
+  void mark_unfinished_epoch_end();
+  // A resume continues the epoch whose end was cut short: drops what that end recorded.
+  void drop_unfinished_epoch_end();
 
   LoopContext context_;
   OptimizationStep& step_;
@@ -108,11 +123,16 @@ class FitLoop {
   std::size_t window_used_ = 0;
   bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
+  bool order_drawn_ = false;      // the current epoch's order is drawn (from epoch_start_rng_)
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained
   // The step whose weights the last validation ran on (-1: none yet): an epoch-end validation
   // right after a step's validation would see the same weights, and is not run.
   std::int64_t validated_step_ = -1;
   bool validating_ = false;  // in a validation of the training (set until it returns)
+  // The end of an epoch cut short by a stop or max_steps: the history's lengths before it and the
+  // last validation before it, which a resume that continues the epoch goes back to.
+  std::optional<SeriesLengths> series_before_epoch_end_;
+  std::int64_t validated_before_epoch_end_ = -1;
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
   std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)
   // Resumed on another number of ranks: the checkpoint's ranks, and the samples a batch across

@@ -4,6 +4,8 @@
 
 #include <ATen/ops/stack.h>
 
+#include <algorithm>
+
 namespace torchbus {
 
 MetricHistory::Series& MetricHistory::series_for(std::string_view name) {
@@ -66,6 +68,11 @@ bool MetricHistory::contains(std::string_view name) const noexcept {
   return find(name) != nullptr;
 }
 
+std::size_t MetricHistory::length(std::string_view name) const noexcept {
+  const auto* series = find(name);
+  return series == nullptr ? 0 : series->points.size();
+}
+
 const std::vector<MetricPoint>& MetricHistory::series(std::string_view name) const {
   return require(name).points;
 }
@@ -112,6 +119,19 @@ void MetricHistory::set_series(std::string_view name, std::vector<MetricPoint> p
   auto& series = series_for(name);
   series.pending.clear();
   series.points = std::move(points);
+}
+
+void MetricHistory::truncate(std::string_view name, std::size_t length) noexcept {
+  auto* series = find(name);
+  if (series == nullptr || length >= series->points.size()) return;
+  if (length == 0) {  // as if never recorded: it leaves names()' order
+    series_.erase(series_.begin() + (series - series_.data()));
+    return;
+  }
+  // The pending values are those of the last points: drop the ones of the points removed.
+  const auto removed = series->points.size() - length;
+  series->pending.resize(series->pending.size() - std::min(removed, series->pending.size()));
+  series->points.resize(length);
 }
 
 }  // namespace torchbus

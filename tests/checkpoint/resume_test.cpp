@@ -20,7 +20,8 @@ struct Killed : std::runtime_error {
   Killed() : std::runtime_error("killed after saving") {}
 };
 
-/// Runs until `event` at `count` (state.step for StepEnd, state.epoch for EpochEnd), saves, dies.
+/// Runs until `event` at `count` (state.step for StepEnd, else state.epoch: its first such event),
+/// saves, dies.
 std::vector<std::string> interrupted_run(Event event, std::int64_t count, const fs::path& file,
                                          Precision precision = Precision::Float32) {
   ResumeRun run(5, "", precision);
@@ -93,6 +94,10 @@ BOOST_AUTO_TEST_CASE(after_the_last_step_of_an_epoch) {
 }
 BOOST_AUTO_TEST_CASE(at_epoch_end) {
   check_resume(Event::EpochEnd, 0, "epoch0");
+}
+// At an epoch's start its order is not drawn yet: the resume draws it from the saved generator.
+BOOST_AUTO_TEST_CASE(at_epoch_start) {
+  check_resume(Event::EpochStart, 1, "epoch1_start");
 }
 
 BOOST_AUTO_TEST_CASE(from_the_newest_valid_checkpoint_of_a_folder) {

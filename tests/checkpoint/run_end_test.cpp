@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <support/reframe_checkpoint.hpp>
+#include <support/same_series.hpp>
 #include <support/scratch.hpp>
 
 #include <sys/stat.h>
@@ -85,6 +86,47 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_weights) {
   const auto a = uninterrupted.model->parameters();
   const auto b = resumed.model->parameters();
   for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+}
+
+// Stopped at step 5 (in the second epoch) or at the first EpochStart (before any metric), and
+// checkpointed at the stop's EpochEnd or ActionEnd, after the cut-short epoch recorded its loss
+// mean and a subscriber its own epoch metric: the resumed run's metric history is the
+// uninterrupted run's, each epoch's end recorded once.
+BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history) {
+  const auto record_epoch_metric = [](ResumeRun& run) {
+    run.trainer.on(Event::EpochEnd, [](State& s) {
+      s.record_metric("batches_in_epoch", static_cast<double>(s.batch_in_epoch));
+    });
+  };
+  ResumeRun uninterrupted;
+  record_epoch_metric(uninterrupted);
+  uninterrupted.fit();
+  const auto& expected = uninterrupted.trainer.state().metrics;
+  for (const auto stopped_at : {Event::StepEnd, Event::EpochStart}) {
+    for (const auto saved_at : {Event::EpochEnd, Event::ActionEnd}) {
+      BOOST_TEST_CONTEXT("stopped at " << to_string(stopped_at) << ", checkpoint at "
+                                       << to_string(saved_at)) {
+        const auto file = scratch("run_end", "history") / "stop.tbckpt";
+        ResumeRun first;
+        record_epoch_metric(first);
+        first.trainer.on(stopped_at, [](State& s) {
+          if (s.step == 5 || s.global_batch == 0) s.request_stop("stop", StopKind::Interrupted);
+        });
+        first.trainer.on(saved_at, [&](State&) { first.trainer.save_checkpoint(file); });
+        first.fit();
+        BOOST_TEST(first.trainer.state().metrics.length("batches_in_epoch") ==
+                   (stopped_at == Event::StepEnd ? 2 : 1));
+
+        ResumeRun resumed(/*init_seed=*/99);
+        record_epoch_metric(resumed);
+        resumed.trainer.resume_from(file);
+        resumed.fit();
+        const auto& got = resumed.trainer.state().metrics;
+        BOOST_TEST(got.names() == expected.names(), boost::test_tools::per_element());
+        for (const auto& name : expected.names()) check_same_series(expected, got, name);
+      }
+    }
+  }
 }
 
 // Bytes changed inside the payload, then framed again with a matching CRC (as a forger, or a

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/captured_log.hpp>
 #include <support/event_sequence.hpp>
+#include <support/same_series.hpp>
 #include <support/scratch.hpp>
 
 #include <algorithm>
@@ -145,12 +146,34 @@ std::string resumed_after_saving_in_a_validation(Event when) {
   RecordedRun resumed(options);
   resumed.trainer.resume_from(file);
   resumed.trainer.fit(train, validation);
-  const auto& expected = whole.trainer.state().metrics.series("val_loss");
-  const auto& got = resumed.trainer.state().metrics.series("val_loss");
-  BOOST_TEST_REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    BOOST_TEST(got[i].step == expected[i].step);
-    BOOST_TEST(got[i].value == expected[i].value);
+  check_same_series(whole.trainer.state().metrics, resumed.trainer.state().metrics, "val_loss");
+  return resumed.events();
+}
+
+/// Two epochs of 4 steps validated at each end, trained whole and, in another run, ended by
+/// max_steps `cut` (the cut-short epoch's end validates and records its loss mean; a checkpoint is
+/// taken at ActionEnd), then resumed without the limit: checks that both hold the same val_loss
+/// and train_loss_epoch series; returns the resumed run's events.
+std::string resumed_after_max_steps(std::int64_t cut) {
+  const TempDir dir("protocol");
+  const auto file = dir.path / "cut_short.tbckpt";
+  const auto options = TrainerOptions().max_epochs(2).seed(3);
+  auto train = make_batches(4, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  RecordedRun whole(options);
+  whole.trainer.fit(train, validation);
+  {
+    RecordedRun first(TrainerOptions(options).max_steps(cut));
+    first.trainer.on(Event::ActionEnd, [&](State&) { first.trainer.save_checkpoint(file); });
+    first.trainer.fit(train, validation);
+    BOOST_TEST(first.trainer.state().metrics.length("val_loss") == 1);
+    BOOST_TEST(first.trainer.state().metrics.length("train_loss_epoch") == 1);
+  }
+  RecordedRun resumed(options);
+  resumed.trainer.resume_from(file);
+  resumed.trainer.fit(train, validation);
+  for (const char* name : {"val_loss", "train_loss_epoch"}) {
+    check_same_series(whole.trainer.state().metrics, resumed.trainer.state().metrics, name);
   }
   return resumed.events();
 }
@@ -294,6 +317,23 @@ BOOST_AUTO_TEST_CASE(a_resume_from_inside_the_validation_of_an_epochs_last_step_
   BOOST_TEST(resumed_after_saving_in_a_validation(Event::EvalBatchEnd) ==
              join({"ActionStart EpochStart", evaluation(1), "EpochEnd EpochStart", step(1), step(1),
                    evaluation(1), step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
+}
+
+// The end of an epoch cut short by max_steps (its loss mean, its validation) is run again when a
+// resume continues the epoch; what it recorded before is dropped, so the history is the
+// uninterrupted run's.
+BOOST_AUTO_TEST_CASE(a_resume_continuing_an_epoch_cut_short_records_its_end_once) {
+  BOOST_TEST(resumed_after_max_steps(2) ==
+             join({"ActionStart EpochStart", step(1), step(1), evaluation(1), "EpochEnd EpochStart",
+                   step(1), step(1), step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
+}
+
+// Cut short at its last batch, the continued epoch makes no step: its end validates the weights
+// again all the same, since the validation the cut-short end ran was dropped.
+BOOST_AUTO_TEST_CASE(a_resume_of_an_epoch_cut_short_at_its_last_batch_validates_it_again) {
+  BOOST_TEST(resumed_after_max_steps(4) ==
+             join({"ActionStart EpochStart", evaluation(1), "EpochEnd EpochStart", step(1), step(1),
+                   step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
 }
 
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {

@@ -39,6 +39,9 @@ class MetricHistory {
   /// Whether the series `name` has at least one point.
   bool contains(std::string_view name) const noexcept;
 
+  /// How many points the series `name` has (0 when there is none); reads no pending value.
+  std::size_t length(std::string_view name) const noexcept;
+
   /// The series `name`; throws Error naming the metrics present when there is none.
   const std::vector<MetricPoint>& series(std::string_view name) const;
 
@@ -59,6 +62,10 @@ class MetricHistory {
 
   /// Replaces the series `name` (used when restoring a checkpoint).
   void set_series(std::string_view name, std::vector<MetricPoint> points);
+
+  /// Keeps the first `length` points of the series `name` (all of them when it has fewer); with
+  /// none kept the series is removed, as if never recorded.
+  void truncate(std::string_view name, std::size_t length) noexcept;
 
  private:
   struct Series {
