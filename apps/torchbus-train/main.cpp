@@ -48,6 +48,7 @@ struct Flags {
   std::string data = "synthetic";
   std::string model = "auto";
   std::vector<std::int64_t> hidden = {128, 64};
+  bool hidden_given = false;  // --hidden was on the command line
   std::int64_t epochs = 5;
   std::int64_t max_steps = -1;
   std::int64_t batch_size = 64;
@@ -96,8 +97,9 @@ std::string number_text(double value) {
   return out.str();
 }
 
-/// Accepts integers in [minimum, maximum] (no maximum: any 64-bit integer >= minimum), with a
-/// message a person can act on.
+/// Accepts decimal integers in [minimum, maximum] (no maximum: any 64-bit integer >= minimum),
+/// with a message a person can act on, and writes them back in plain decimal: CLI11 reads "010"
+/// as octal 8 and "0x10" as 16, so a transform, not a check, must hand it the number read here.
 CLI::Validator integer_in(std::int64_t minimum, std::optional<std::int64_t> maximum = std::nullopt,
                           const std::string& maximum_meaning = "") {
   const std::string range =
@@ -116,11 +118,13 @@ CLI::Validator integer_in(std::int64_t minimum, std::optional<std::int64_t> maxi
         } catch (const std::exception&) {
           used = 0;
         }
-        if (outside_64_bits || used != text.size() || text.empty() || value < minimum ||
+        if (outside_64_bits || used != text.size() || text.empty() ||
+            std::isspace(static_cast<unsigned char>(text.front())) || value < minimum ||
             value > largest) {
           return "expected an integer " + range + ", got '" + text + "'" +
                  (outside_64_bits && !maximum ? " (outside the 64-bit integers)" : "");
         }
+        text = std::to_string(value);
         return {};
       },
       range);
@@ -247,6 +251,7 @@ std::string schedule_text(const torchbus::AccumulationSchedule& schedule) {
 }
 
 void describe_flags(CLI::App& app, Flags& flags) {
+  app.option_defaults()->always_capture_default();  // --help shows each flag's default
   app.description(
       "Trains a classifier with torchbus and writes everything under one run directory:\n"
       "train.log (the log) and summary.json (options, final losses and accuracy, wall time,\n"
@@ -265,14 +270,14 @@ void describe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--model", flags.model, "auto (cnn for MNIST, else mlp) | mlp | cnn")
       ->check(CLI::IsMember({"auto", "mlp", "cnn"}));
   app.add_option("--hidden", flags.hidden, "hidden widths of the MLP, e.g. --hidden 128 64")
-      ->check(at_least(1));
-  app.add_option("--epochs", flags.epochs, "epochs to train")->check(at_least(1));
+      ->transform(at_least(1));
+  app.add_option("--epochs", flags.epochs, "epochs to train")->transform(at_least(1));
   app.add_option("--max-steps", flags.max_steps, "stop after this many optimizer steps (-1: none)")
-      ->check(at_least(-1));
+      ->transform(at_least(-1));
   app.add_option("--batch-size", flags.batch_size, "samples per batch (of each rank)")
-      ->check(at_least(1));
+      ->transform(at_least(1));
   app.add_option("--accumulate", flags.accumulate, "batches per optimizer step")
-      ->check(at_least(1));
+      ->transform(at_least(1));
   app.add_option("--accumulate-schedule", flags.accumulate_schedule,
                  "change the batches per optimizer step at given epochs (counted from 0), e.g. "
                  "0:1,2:4 (k 4 from the third epoch on; epochs before the first entry use "
@@ -291,11 +296,11 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "or summary)")
       ->expected(0, 1)
       ->default_str("1")
-      ->check(at_least(1));
+      ->transform(at_least(1));
   app.add_option("--sanity-val-steps", flags.sanity_val_steps,
                  "validate on N batches before the first training step of a fresh run, so a bug "
                  "in the validation path shows at once; nothing of it is kept (0: off)")
-      ->check(at_least(0));
+      ->transform(at_least(0));
   auto* lr = app.add_option("--lr", flags.lr,
                             "learning rate (at most " + number_text(kMaxLearningRate) + ")")
                  ->check(finite_number(0, kMaxLearningRate, Ends::NotMinimum));
@@ -320,12 +325,12 @@ void describe_flags(CLI::App& app, Flags& flags) {
                "with --precision bf16-mixed");
   app.add_option("--seed", flags.seed,
                  "seed of the data, the weights and the shuffling (0 to 2^63-1)")
-      ->check(integer_in(0, kMaxSeed));
+      ->transform(integer_in(0, kMaxSeed));
   app.add_option("--val-every", flags.val_every, "validate every N epochs (0: never)")
-      ->check(at_least(0));
+      ->transform(at_least(0));
   app.add_option("--val-every-steps", flags.val_every_steps,
                  "also validate every N optimizer steps (0: never)")
-      ->check(at_least(0));
+      ->transform(at_least(0));
   app.add_option("--out", flags.out,
                  "run directory (created); one that already holds a run needs --resume or "
                  "--overwrite. The run writes OUT/model.pt, its final weights as a state_dict "
@@ -336,14 +341,14 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "intra-op threads, OpenBLAS's too (0: the libraries' defaults; at most the "
                  "hardware threads, " +
                      std::to_string(hardware_threads) + " here)")
-      ->check(integer_in(0, std::max<std::int64_t>(1, hardware_threads),
-                         " (the hardware threads of this machine)"));
+      ->transform(integer_in(0, std::max<std::int64_t>(1, hardware_threads),
+                             " (the hardware threads of this machine)"));
   app.add_option("--log-every", flags.log_every,
                  "SimpleLogger: log loss, learning rate and step time every N steps")
-      ->check(at_least(1));
+      ->transform(at_least(1));
   app.add_option("--checkpoint-every", flags.checkpoint_every,
                  "ModelCheckpoint: also save every N steps (0: at epoch ends only)")
-      ->check(at_least(0));
+      ->transform(at_least(0));
   app.add_flag(
       "--checkpoints,!--no-checkpoints", flags.checkpoints,
       "ModelCheckpoint: save to OUT/checkpoints at epoch ends and when the run stops (on)");
@@ -359,7 +364,8 @@ void describe_flags(CLI::App& app, Flags& flags) {
                  "start from the weights of a state_dict FILE: Python's torch.save(model."
                  "state_dict(), FILE) of the same network (docs/interop.md) or a run's "
                  "OUT/model.pt; every name and shape must match; the file's SHA-256 enters the "
-                 "run's identity");
+                 "run's identity")
+      ->check(non_empty("a state_dict file"));
   app.add_flag("--validate", flags.validate,
                "evaluate the --init-from or --resume weights on the validation data and train "
                "nothing: writes OUT/summary.json (with --resume OUT/validation.json, keeping the "
@@ -382,7 +388,7 @@ void describe_flags(CLI::App& app, Flags& flags) {
           CLI::IsMember({"none", "cosine", "restarts", "onecycle", "linear", "step", "plateau"}));
   app.add_option("--early-stopping", flags.early_stopping,
                  "EarlyStopping: stop after N validations without a better val_loss (0: off)")
-      ->check(at_least(0));
+      ->transform(at_least(0));
   app.add_option("--ema", flags.ema,
                  "EMA: keep an exponential moving average of the weights with this decay (e.g. "
                  "0.999), validate with it and end with it (0: off)")
@@ -464,6 +470,11 @@ torch::nn::Sequential make_model(const Flags& flags, const train::Dataset& data)
   const bool cnn = uses_cnn(flags, data);
   if (cnn) {
     if (!data.images) throw UsageError("--model cnn needs image data (--data mnist:DIR)");
+    if (flags.hidden_given) {
+      throw UsageError(std::string("--hidden sets the MLP's hidden widths; the CNN (") +
+                       (flags.model == "cnn" ? "--model cnn" : "--model auto on images") +
+                       ") has none: drop --hidden, or train an MLP with --model mlp");
+    }
     const auto height = data.train_inputs.size(2), width = data.train_inputs.size(3);
     TORCHBUS_CHECK(height >= train::kCnnMinImageSide && width >= train::kCnnMinImageSide,
                    torchbus::DataError, "MNIST: the images of ", data.images_file, " are ", height,
@@ -586,18 +597,17 @@ std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) {
 /// it checks (it makes the first of them), so that it runs that run's schedule.
 std::int64_t planned_steps(const Flags& flags, const torchbus::TrainerOptions& options,
                            std::int64_t batches_per_epoch) {
-  const auto& run = options;
   const auto limit =
-      run.limit_train_batches().batches_per_pass(batches_per_epoch, "--limit-train-batches");
+      options.limit_train_batches().batches_per_pass(batches_per_epoch, "--limit-train-batches");
   const auto batches = limit < 0 ? batches_per_epoch : std::min(limit, batches_per_epoch);
   std::vector<std::int64_t> k_changes{0};  // the first epoch of each stretch of one k
-  for (const auto& entry : run.accumulation_schedule()) {
-    if (entry.first > 0 && entry.first < run.max_epochs()) k_changes.push_back(entry.first);
+  for (const auto& entry : options.accumulation_schedule()) {
+    if (entry.first > 0 && entry.first < options.max_epochs()) k_changes.push_back(entry.first);
   }
-  k_changes.push_back(std::max<std::int64_t>(0, run.max_epochs()));
+  k_changes.push_back(std::max<std::int64_t>(0, options.max_epochs()));
   std::int64_t steps = 0;
   for (std::size_t i = 0; i + 1 < k_changes.size(); ++i) {
-    const auto k = run.accumulate_grad_batches_at(k_changes[i]);
+    const auto k = options.accumulate_grad_batches_at(k_changes[i]);
     const auto steps_per_epoch = batches / k + (batches % k != 0 ? 1 : 0);
     steps = saturating_add(steps,
                            saturating_multiply(k_changes[i + 1] - k_changes[i], steps_per_epoch));
@@ -676,10 +686,11 @@ std::vector<std::shared_ptr<torchbus::Callback>> configured_steering(
   }
 }
 
-/// The run's options, for summary.json and the report.
-train::JsonObject describe_run(const Flags& flags) {
+/// The run's options, for summary.json and the report (`hidden` is null for the CNN).
+train::JsonObject describe_run(const Flags& flags, bool cnn) {
   return {{"data", flags.data},
           {"model", flags.model},
+          {"hidden", cnn ? train::JsonObject() : train::JsonObject(flags.hidden)},
           {"epochs", flags.epochs},
           {"max_steps", flags.max_steps},
           {"batch_size", flags.batch_size},
@@ -693,11 +704,14 @@ train::JsonObject describe_run(const Flags& flags) {
           {"optimizer", flags.optimizer},
           {"precision", flags.precision},
           {"device", flags.device},
-          {"channels_last", flags.channels_last ? "1" : "0"},
+          {"channels_last", flags.channels_last},
           {"scheduler", flags.scheduler},
           {"ema", flags.ema},
           {"swa_start", flags.swa_start},
           {"swa_lr", flags.swa_lr},
+          {"early_stopping", flags.early_stopping},
+          {"terminate_on_nan", flags.terminate_on_nan},
+          {"time_limit", flags.time_limit},
           {"seed", static_cast<std::int64_t>(flags.seed)},
           {"val_every", flags.val_every},
           {"val_every_steps", flags.val_every_steps},
@@ -1092,13 +1106,14 @@ int run(Flags flags) {
     if (auto averaging = std::dynamic_pointer_cast<torchbus::SWA>(callback)) swa = averaging;
     trainer.add(std::move(callback));
   }
+  const auto run_options = describe_run(flags, uses_cnn(flags, data));
   // --validate evaluates as the run's validations do (with the EMA or SWA average when on).
   if (flags.validate) {
     if (resuming) trainer.load_checkpoint(resume_from);
     std::optional<fs::path> summary_file;
     if (writes_outputs) summary_file = out / (resuming ? "validation.json" : "summary.json");
     return validate_weights(trainer, *model, batches.validation,
-                            resuming ? resume_from.string() : flags.init_from, describe_run(flags),
+                            resuming ? resume_from.string() : flags.init_from, run_options,
                             identity, world_size, summary_file);
   }
   const auto outputs =
@@ -1114,7 +1129,6 @@ int run(Flags flags) {
                                                    .append(resuming)
                                                    .metrics_to_show({"val_loss", "val_accuracy"})
                                                    .title("torchbus-train: " + flags.data));
-  const auto run_options = describe_run(flags);
   if (outputs.run_report) {
     for (const auto& [key, value] : train::text_members(run_options)) {
       outputs.run_report->add_option(key, value);
@@ -1283,6 +1297,7 @@ extern "C" int torchbus_train_main(int argc, char** argv) {
   describe_flags(app, flags);
   try {
     app.parse(argc, argv);
+    flags.hidden_given = app.count("--hidden") > 0;
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
   } catch (const CLI::ParseError& error) {

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 using torchbus::testing::has;
 using torchbus::testing::json_number;
 using torchbus::testing::json_string;
+using torchbus::testing::json_value;
 using torchbus::testing::read_text;
 using torchbus::testing::scratch;
 using torchbus::testing::scratch_path;
@@ -111,6 +112,8 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
       {"--time-limit 1e10", "--time-limit", ">= 0 and <= 1e+09"},
       {"--ema 1", "--ema", ">= 0 and < 1, got '1'"},
       {"--lr ' 0.1'", "--lr", "got ' 0.1'"},
+      {"--epochs ' 2'", "--epochs", ">= 1, got ' 2'"},
+      {"--init-from ''", "--init-from", "expected a state_dict file, got ''"},
   };
   for (const auto& c : cases) {
     const auto result = run_briefly(c.arguments + " --out " + out.string());
@@ -198,6 +201,41 @@ BOOST_AUTO_TEST_CASE(huge_epoch_counts_and_batch_sizes_train_at_once) {
     ++logged_at_the_run_lr;
   }
   BOOST_TEST(logged_at_the_run_lr == 5u, result.output);
+}
+
+// Integers are decimal, whatever their leading zeros: CLI11 alone would read --epochs 010 as
+// octal 8.
+BOOST_AUTO_TEST_CASE(integers_with_leading_zeros_are_read_in_decimal) {
+  const auto out = scratch_path("bad_input_test", "leading_zeros");
+  const auto result = run_briefly(
+      "--epochs 010 --limit-train-batches 01 --limit-val-batches 1 --seed 011 "
+      "--no-progress --out " +
+      out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto options = json_value(read_text(out / "summary.json"), "options");
+  BOOST_TEST(options["epochs"].get<std::int64_t>() == 10);
+  BOOST_TEST(options["seed"].get<std::int64_t>() == 11);
+  BOOST_TEST(json_number(read_text(out / "summary.json"), "steps") == 10);
+}
+
+// --hidden shapes the MLP only: with the CNN it is a usage error, not silently ignored.
+BOOST_AUTO_TEST_CASE(hidden_widths_with_the_cnn_are_a_usage_error) {
+  const auto out = scratch_path("bad_input_test", "hidden_cnn");
+  const auto images = make_idx_mnist("hidden_cnn_images", 20, 10, 8);
+  for (const std::string model : {"", " --model cnn"}) {
+    const auto result = run_briefly("--data mnist:" + images.string() + model +
+                                    " --hidden 16 --out " + out.string());
+    BOOST_TEST(result.status == 2, result.output);
+    BOOST_TEST(has(result.output, "--hidden sets the MLP's hidden widths"), result.output);
+    BOOST_TEST(!fs::exists(out), model << ": " << out << " was created");
+  }
+  const auto mlp =
+      run_briefly("--data mnist:" + images.string() +
+                  " --model mlp --hidden 16 --epochs 1 --no-progress --out " + out.string());
+  BOOST_TEST_REQUIRE(mlp.status == 0, mlp.output);
+  const auto options = json_value(read_text(out / "summary.json"), "options");
+  BOOST_TEST(options["hidden"] == nlohmann::json::array({16}), options.dump());
+  BOOST_TEST(options["channels_last"] == false, options.dump());
 }
 
 BOOST_AUTO_TEST_CASE(images_too_small_for_the_cnn_are_refused_naming_the_file) {
