@@ -200,11 +200,16 @@ void LearningRateScheduler::on_after_optimizer_step(State& state) {
   if (options_.interval() == ScheduleInterval::Step) advance(*state.optimizer);
 }
 
+// The end of an epoch cut short (state.epoch_cut_short) runs again when a resume continues the
+// epoch: a schedule per epoch, and a plateau's count, move at the end that completes it.
 void LearningRateScheduler::on_eval_end(State& state) {
-  if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EvalEnd) check_plateau(state);
+  if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EvalEnd && !state.epoch_cut_short) {
+    check_plateau(state);
+  }
 }
 
 void LearningRateScheduler::on_epoch_end(State& state) {
+  if (state.epoch_cut_short) return;
   if (kind_ == Kind::Plateau && plateau_.check_on() == Event::EpochEnd) check_plateau(state);
   auto* optimizer =
       options_.interval() == ScheduleInterval::Epoch ? scheduled_optimizer(state) : nullptr;

@@ -169,10 +169,7 @@ void SWA::on_epoch_end(State& state) {
   if (state.error || start_epoch_ < 0 || state.epoch < start_epoch_ || state.model == nullptr) {
     return;
   }
-  const bool cut_short =
-      !state.epoch_end_requested() &&
-      (state.stop_requested() || (state.max_steps >= 0 && state.step >= state.max_steps));
-  if (cut_short) {
+  if (state.epoch_cut_short) {
     pending_epoch_ = state.epoch;  // added when it turns out to have ended, or at the end of fit
   } else {
     add_to_average(state);

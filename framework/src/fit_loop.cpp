@@ -30,12 +30,14 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   state.tensors.clear_all();
   detail::StateWriter::clear_all(state);
   detail::StateWriter::set_sanity_checking(state, false);
+  detail::StateWriter::set_epoch_cut_short(state, false);
   state.clear_stop();  // a resume restores the stop that ended the run, if one did
   resume_skip_ = 0;    // and the batches of its epoch already trained
   validated_step_ = -1;
   validating_ = false;
   epoch_finished_ = false;
   series_before_epoch_end_.reset();
+  series_after_epoch_end_.reset();
   validated_before_epoch_end_ = -1;
   order_drawn_ = false;
 }
@@ -111,6 +113,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
   if (!completed) mark_unfinished_epoch_end();
+  detail::StateWriter::set_epoch_cut_short(state, !completed);
   context_.events.publish_progress();  // the metrics are recorded at the loop's step and epoch
   for (const auto& loss : step_.loss_metrics()) {
     if (state.metrics.contains(loss.step) &&
@@ -130,6 +133,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   // ActionEnd continues it where it stopped.
   epoch_finished_ = completed;
   context_.events.close();  // EpochEnd
+  detail::StateWriter::set_epoch_cut_short(state, false);
   sync_.agree_on_stop();
   epoch_finished_ = false;
   state.clear_epoch_end();
@@ -148,31 +152,59 @@ void FitLoop::validate(BatchSource& validation) {
   validated_step_ = counters_.step;
 }
 
-void FitLoop::mark_unfinished_epoch_end() {
-  const auto& metrics = context_.state.metrics;
+namespace {
+
+/// The length of every series of `metrics`.
+SeriesLengths lengths_of(const MetricHistory& metrics) {
   SeriesLengths lengths;
   for (auto& name : metrics.names()) {
     const auto length = static_cast<std::int64_t>(metrics.length(name));
     lengths.emplace_back(std::move(name), length);
   }
-  series_before_epoch_end_ = std::move(lengths);
+  return lengths;
+}
+
+}  // namespace
+
+void FitLoop::mark_unfinished_epoch_end() {
+  series_before_epoch_end_ = lengths_of(context_.state.metrics);
+  series_after_epoch_end_.reset();
   validated_before_epoch_end_ = validated_step_;
+}
+
+void FitLoop::end_run() {
+  if (series_before_epoch_end_ && !series_after_epoch_end_) {
+    series_after_epoch_end_ = lengths_of(context_.state.metrics);
+  }
+}
+
+std::vector<SeriesRange> FitLoop::epoch_end_points() const {
+  const auto after =
+      series_after_epoch_end_ ? *series_after_epoch_end_ : lengths_of(context_.state.metrics);
+  std::vector<SeriesRange> points;
+  for (const auto& [name, end] : after) {
+    std::int64_t begin = 0;  // a series the end began has no point before it
+    for (const auto& [marked, length] : *series_before_epoch_end_) {
+      if (marked == name) begin = length;
+    }
+    if (end > begin) points.push_back(SeriesRange{name, begin, end});
+  }
+  return points;
 }
 
 void FitLoop::drop_unfinished_epoch_end() {
   if (!series_before_epoch_end_) return;
-  // What the cut-short end recorded (its epoch means, a validation, what EpochEnd's subscribers
-  // recorded) is recorded again by the continued epoch's end: CsvLogger drops its rows alike.
+  // What the cut-short end recorded (its epoch means, a validation, what EpochEnd's and ActionEnd's
+  // subscribers recorded) is recorded again by the continued epoch's end: CsvLogger drops its rows
+  // alike. Points recorded since the resume (at ActionStart) stay.
   auto& metrics = context_.state.metrics;
-  for (const auto& name : metrics.names()) {
-    std::int64_t kept = 0;  // a series the end began has no point before it
-    for (const auto& [marked, length] : *series_before_epoch_end_) {
-      if (marked == name) kept = length;
-    }
-    metrics.truncate(name, static_cast<std::size_t>(kept));
+  for (const auto& range : epoch_end_points()) {
+    metrics.erase(range.name, static_cast<std::size_t>(range.begin),
+                  static_cast<std::size_t>(range.end));
   }
   validated_step_ = validated_before_epoch_end_;
   series_before_epoch_end_.reset();
+  series_after_epoch_end_.reset();
 }
 
 void FitLoop::start_epoch(BatchSource& train) {
@@ -304,7 +336,10 @@ FitProgress FitLoop::progress() const {
   FitProgress progress;
   progress.epoch = next_epoch ? counters_.epoch + 1 : counters_.epoch;
   progress.step = counters_.step;
-  progress.batch_in_epoch = next_epoch ? 0 : counters_.batch_in_epoch;
+  // At the EpochStart of a resumed epoch, its batches trained are still to be skipped.
+  progress.batch_in_epoch = next_epoch         ? 0
+                            : resume_skip_ > 0 ? resume_skip_
+                                               : counters_.batch_in_epoch;
   progress.global_batch = counters_.global_batch;
   progress.stop_reason = finished ? state.stop_reason() : std::string();
   progress.world_size = state.world_size;
@@ -317,7 +352,7 @@ FitProgress FitLoop::progress() const {
   progress.validated_step = validating_ && evaluation_.ended() ? counters_.step : validated_step_;
   // The end of an epoch cut short runs again when a resume continues the epoch.
   if (series_before_epoch_end_ && !next_epoch) {
-    progress.series_before_epoch_end = series_before_epoch_end_;
+    progress.epoch_end_points = epoch_end_points();
     progress.validated_step = validated_before_epoch_end_;
   }
   return progress;
@@ -342,18 +377,20 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   // What a resume on another number of ranks checks (docs/distributed.md).
   archive.write("world_size", c10::IValue(saved.world_size));
   archive.write("batch_samples", c10::IValue(saved.batch_samples));
-  // So that a resume at the end of a validated step's epoch does not validate it again.
+  // So that a resume at the end of a validated step's epoch does not validate it again (unless it
+  // continues an epoch cut short, whose end runs again).
   archive.write("validated_step", c10::IValue(saved.validated_step));
-  if (const auto& lengths = saved.series_before_epoch_end) {
+  if (const auto& points = saved.epoch_end_points) {
     std::vector<std::string> names;
-    std::vector<std::int64_t> counts;
-    for (const auto& [name, length] : *lengths) {
-      names.push_back(name);
-      counts.push_back(length);
+    std::vector<std::int64_t> ranges;
+    for (const auto& range : *points) {
+      names.push_back(range.name);
+      ranges.push_back(range.begin);
+      ranges.push_back(range.end);
     }
-    archive.write("series_before_epoch_end_names", c10::IValue(detail::join_lines(names)));
-    // A tensor: it reads back alike when it is empty (no series was recorded yet).
-    archive.write("series_before_epoch_end_lengths", torch::tensor(counts, torch::kLong));
+    archive.write("epoch_end_point_names", c10::IValue(detail::join_lines(names)));
+    // A tensor: it reads back alike when it is empty (the end recorded nothing).
+    archive.write("epoch_end_point_ranges", torch::tensor(ranges, torch::kLong).reshape({-1, 2}));
   }
 }
 
@@ -383,23 +420,31 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
   if (batch_samples.isInt()) progress.batch_samples = batch_samples.toInt();
   const auto validated_step = reader.optional_value("validated_step");
   if (validated_step.isInt()) progress.validated_step = validated_step.toInt();
-  const auto names = reader.optional_value("series_before_epoch_end_names");
-  const auto lengths = reader.optional_tensor("series_before_epoch_end_lengths");
-  if (names.isNone() != !lengths.defined() || (!names.isNone() && !names.isString())) {
-    reader.fail("has a malformed 'series_before_epoch_end' entry");
+  const auto names = reader.optional_value("epoch_end_point_names");
+  const auto ranges = reader.optional_tensor("epoch_end_point_ranges");
+  if (names.isNone() != !ranges.defined() || (!names.isNone() && !names.isString())) {
+    reader.fail("has a malformed 'epoch_end_point' entry");
   }
   if (names.isString()) {
     const auto name_list = detail::split_lines(names.toStringRef());
-    if (lengths.dim() != 1 || lengths.scalar_type() != torch::kLong ||
-        lengths.numel() != static_cast<std::int64_t>(name_list.size())) {
-      reader.fail("has a malformed 'series_before_epoch_end' entry: ", name_list.size(),
-                  " names, lengths of shape ", lengths.sizes(), " ", lengths.scalar_type());
+    const auto count = static_cast<std::int64_t>(name_list.size());
+    if (ranges.dim() != 2 || ranges.size(0) != count || ranges.size(1) != 2 ||
+        ranges.scalar_type() != torch::kLong) {
+      reader.fail("has a malformed 'epoch_end_point_ranges' entry: ", count,
+                  " names, ranges of shape ", ranges.sizes(), " ", ranges.scalar_type(),
+                  " (expected ", count, " x 2 int64)");
     }
-    const auto length_list = lengths.cpu().contiguous();
-    const auto* length = length_list.data_ptr<std::int64_t>();
-    SeriesLengths series;
-    for (std::size_t i = 0; i < name_list.size(); ++i) series.emplace_back(name_list[i], length[i]);
-    progress.series_before_epoch_end = std::move(series);
+    const auto values = ranges.cpu().contiguous();
+    const auto* range = values.data_ptr<std::int64_t>();
+    std::vector<SeriesRange> points;
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (range[2 * i] < 0 || range[2 * i + 1] < range[2 * i]) {
+        reader.fail("has a malformed 'epoch_end_point_ranges' entry: points [", range[2 * i], ", ",
+                    range[2 * i + 1], ") of '", name_list[i], "'");
+      }
+      points.push_back(SeriesRange{name_list[i], range[2 * i], range[2 * i + 1]});
+    }
+    progress.epoch_end_points = std::move(points);
   }
   return progress;
 }
@@ -479,7 +524,16 @@ void FitLoop::restore(const FitProgress& progress) {
   epoch_start_rng_ = progress.epoch_start_rng;
   order_drawn_ = progress.order_drawn;
   validated_step_ = progress.validated_step;
-  series_before_epoch_end_ = progress.series_before_epoch_end;
+  series_before_epoch_end_.reset();
+  series_after_epoch_end_.reset();
+  if (const auto& points = progress.epoch_end_points) {
+    series_before_epoch_end_.emplace();
+    series_after_epoch_end_.emplace();
+    for (const auto& range : *points) {
+      series_before_epoch_end_->emplace_back(range.name, range.begin);
+      series_after_epoch_end_->emplace_back(range.name, range.end);
+    }
+  }
   validated_before_epoch_end_ = progress.validated_step;
   state.clear_stop();
   if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);

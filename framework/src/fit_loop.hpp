@@ -24,6 +24,13 @@ namespace torchbus {
 /// Points per metric series (name, length) of the metric history at some moment.
 using SeriesLengths = std::vector<std::pair<std::string, std::int64_t>>;
 
+/// The points [begin, end) of a metric series.
+struct SeriesRange {
+  std::string name;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
 /// Where a fit stands, as a checkpoint keeps it: the position a resume continues from, the run's
 /// end (a finished run's stop reason), and the generator state the epoch's data order was drawn
 /// from (the generators themselves are a section of their own).
@@ -49,9 +56,9 @@ struct FitProgress {
   bool order_drawn = false;
   /// The step the run's last validation ran after (-1: none, or not recorded).
   std::int64_t validated_step = -1;
-  /// Set when the epoch a resume continues was cut short and had begun its end: the history's
-  /// lengths before that end, which the continued epoch runs again (what it recorded is dropped).
-  std::optional<SeriesLengths> series_before_epoch_end;
+  /// Set when the epoch a resume continues was cut short and had begun its end: the points that
+  /// end recorded (until its fit ended), which the continued epoch's end records again.
+  std::optional<std::vector<SeriesRange>> epoch_end_points;
 };
 
 /// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
@@ -94,6 +101,9 @@ class FitLoop {
   /// Writes the counters into `state` (State::epoch, step, batch_in_epoch, global_batch,
   /// window_position).
   void publish(State& state) const noexcept;
+  /// After the fit's ActionEnd: what the history holds then closes what an epoch cut short
+  /// recorded at its end (an evaluate() after it records its own points).
+  void end_run();
 
  private:
   void run_sanity_check(BatchSource& validation);
@@ -111,6 +121,9 @@ class FitLoop {
   // Notes where the end of an epoch cut short begins: the history's lengths and the last
   // validation before it.
   void mark_unfinished_epoch_end();
+  // The points the end of the epoch cut short recorded, until its fit ended (until now while it
+  // runs).
+  std::vector<SeriesRange> epoch_end_points() const;
   // A resume continues the epoch whose end was cut short: drops what that end recorded.
   void drop_unfinished_epoch_end();
 
@@ -129,9 +142,11 @@ class FitLoop {
   // right after a step's validation would see the same weights, and is not run.
   std::int64_t validated_step_ = -1;
   bool validating_ = false;  // in a validation of the training (set until it returns)
-  // The end of an epoch cut short by a stop or max_steps: the history's lengths before it and the
-  // last validation before it, which a resume that continues the epoch goes back to.
+  // The end of an epoch cut short by a stop or max_steps: the history's lengths before it, after
+  // its fit (unset while that runs), and the last validation before it, which a resume that
+  // continues the epoch goes back to.
   std::optional<SeriesLengths> series_before_epoch_end_;
+  std::optional<SeriesLengths> series_after_epoch_end_;
   std::int64_t validated_before_epoch_end_ = -1;
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
   std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)

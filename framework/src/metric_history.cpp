@@ -121,17 +121,21 @@ void MetricHistory::set_series(std::string_view name, std::vector<MetricPoint> p
   series.points = std::move(points);
 }
 
-void MetricHistory::truncate(std::string_view name, std::size_t length) noexcept {
+void MetricHistory::erase(std::string_view name, std::size_t first, std::size_t last) {
   auto* series = find(name);
-  if (series == nullptr || length >= series->points.size()) return;
-  if (length == 0) {  // as if never recorded: it leaves names()' order
-    series_.erase(series_.begin() + (series - series_.data()));
-    return;
-  }
+  if (series == nullptr) return;
+  auto& points = series->points;
+  last = std::min(last, points.size());
+  if (first >= last) return;
   // The pending values are those of the last points: drop the ones of the points removed.
-  const auto removed = series->points.size() - length;
-  series->pending.resize(series->pending.size() - std::min(removed, series->pending.size()));
-  series->points.resize(length);
+  const auto pending_from = points.size() - series->pending.size();
+  const auto pending = series->pending.begin();
+  series->pending.erase(
+      pending + static_cast<std::ptrdiff_t>(std::max(first, pending_from) - pending_from),
+      pending + static_cast<std::ptrdiff_t>(std::max(last, pending_from) - pending_from));
+  points.erase(points.begin() + static_cast<std::ptrdiff_t>(first),
+               points.begin() + static_cast<std::ptrdiff_t>(last));
+  if (points.empty()) series_.erase(series_.begin() + (series - series_.data()));
 }
 
 }  // namespace torchbus

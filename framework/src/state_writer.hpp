@@ -78,6 +78,10 @@ struct StateWriter {
   static void set_training(State& state, bool training) noexcept { state.training = training; }
   /// During the sanity validation before training.
   static void set_sanity_checking(State& state, bool on) noexcept { state.sanity_checking = on; }
+
+  static void set_epoch_cut_short(State& state, bool cut_short) noexcept {
+    state.epoch_cut_short = cut_short;
+  }
   /// Batches per optimizer step in the current epoch.
   static void set_accumulation(State& state, std::int64_t batches) noexcept {
     state.accumulate_grad_batches = batches;

@@ -329,7 +329,13 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
       resume_.reset();
       resume_from_checkpoint(engine.checkpoint(), path);
     }
-    engine.events.run_action([&] { engine.fit.run(train, validation, fresh); }, process_group());
+    try {
+      engine.events.run_action([&] { engine.fit.run(train, validation, fresh); }, process_group());
+    } catch (...) {
+      engine.fit.end_run();
+      throw;
+    }
+    engine.fit.end_run();
     engine.copies.clear();  // the last checkpoint's copies: the next run's first capture is new
   });
 }
@@ -339,6 +345,7 @@ double Trainer::evaluate_source(BatchSource& data) {
   run_as(Action::Evaluate, [&] {
     state_.clear_stop();
     detail::StateWriter::clear_all(state_);
+    detail::StateWriter::set_epoch_cut_short(state_, false);  // a failed fit may have left it
     prepare_run();
     const auto limit =
         run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");

@@ -100,6 +100,38 @@ BOOST_AUTO_TEST_CASE(at_epoch_start) {
   check_resume(Event::EpochStart, 1, "epoch1_start");
 }
 
+// A checkpoint at the EpochStart of an epoch a resume continues holds the batches already trained
+// (the epoch skips them after EpochStart): resumed from it, the run is the uninterrupted one.
+BOOST_AUTO_TEST_CASE(at_the_epoch_start_of_a_resumed_epoch) {
+  ResumeRun uninterrupted;
+  uninterrupted.fit();
+  const auto first = scratch("resume", "resumed_epoch_start") / "mid_epoch.tbckpt";
+  const auto second = scratch("resume", "resumed_epoch_start") / "epoch_start.tbckpt";
+  const auto before = interrupted_run(Event::StepEnd, 6, first);
+  std::vector<std::string> between;
+  {
+    ResumeRun resumed(/*init_seed=*/77);
+    resumed.trainer.resume_from(first);
+    resumed.trainer.on(Event::EpochStart, [&](State& s) {
+      BOOST_TEST(s.batch_in_epoch == 0);  // as every EpochStart
+      resumed.trainer.save_checkpoint(second);
+      throw Killed();
+    });
+    BOOST_CHECK_THROW(resumed.fit(), Killed);
+    between = resumed.seen;
+  }
+  BOOST_TEST(read_checkpoint_position(second).batch_in_epoch == 4);
+  ResumeRun resumed(/*init_seed=*/99);
+  resumed.trainer.resume_from(second);
+  resumed.fit();
+  BOOST_TEST(between.empty());
+  BOOST_TEST(resumed.trainer.state().step == 12);
+  const auto a = uninterrupted.model->parameters();
+  const auto b = resumed.model->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(torch::equal(a[i], b[i]));
+  BOOST_TEST(stitch(before, resumed.seen) == uninterrupted.seen, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(from_the_newest_valid_checkpoint_of_a_folder) {
   ResumeRun uninterrupted;
   uninterrupted.fit();

@@ -8,6 +8,7 @@
 #include <support/reframe_checkpoint.hpp>
 #include <support/same_series.hpp>
 #include <support/scratch.hpp>
+#include <torchbus/callbacks/learning_rate_scheduler.hpp>
 
 #include <sys/stat.h>
 
@@ -91,12 +92,16 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_weights) {
 // Stopped at step 5 (in the second epoch) or at the first EpochStart (before any metric), and
 // checkpointed at the stop's EpochEnd or ActionEnd, after the cut-short epoch recorded its loss
 // mean and a subscriber its own epoch metric: the resumed run's metric history is the
-// uninterrupted run's, each epoch's end recorded once.
+// uninterrupted run's, each epoch's end recorded once, and a schedule per epoch (which records
+// the lr of every step) advances once per epoch.
 BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history) {
   const auto record_epoch_metric = [](ResumeRun& run) {
     run.trainer.on(Event::EpochEnd, [](State& s) {
       s.record_metric("batches_in_epoch", static_cast<double>(s.batch_in_epoch));
     });
+    run.trainer.add(std::make_shared<LearningRateScheduler>(
+        StepDecayOptions(1).gamma(0.5),
+        LearningRateSchedulerOptions().interval(ScheduleInterval::Epoch)));
   };
   ResumeRun uninterrupted;
   record_epoch_metric(uninterrupted);
@@ -124,6 +129,11 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history
         const auto& got = resumed.trainer.state().metrics;
         BOOST_TEST(got.names() == expected.names(), boost::test_tools::per_element());
         for (const auto& name : expected.names()) check_same_series(expected, got, name);
+        const auto weights = uninterrupted.model->parameters();
+        const auto resumed_weights = resumed.model->parameters();
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+          BOOST_TEST(torch::equal(weights[i], resumed_weights[i]));
+        }
       }
     }
   }

@@ -96,6 +96,35 @@ BOOST_AUTO_TEST_CASE(metric_history_records_many_tensor_values) {
   }
 }
 
+// erase removes a range of points, deferred values included (negative views are deferred like
+// accelerator tensors); a series it empties leaves names() as if it had never been recorded.
+BOOST_AUTO_TEST_CASE(metric_history_erases_a_range_of_points) {
+  MetricHistory history;
+  history.record("first", 1, 0, 1.0);
+  for (int i = 0; i < 6; ++i) {
+    const auto value = at::tensor(double(i));
+    history.record("loss", i, 0, i < 2 ? value : value._neg_view());  // 2..5 deferred
+  }
+  history.erase("loss", 1, 4);  // a read point and two deferred ones
+  BOOST_TEST(history.length("loss") == 3u);
+  const auto& loss = history.series("loss");
+  BOOST_TEST_REQUIRE(loss.size() == 3u);
+  BOOST_TEST(loss[0].step == 0);
+  BOOST_TEST(loss[0].value == 0.0);
+  BOOST_TEST(loss[1].step == 4);
+  BOOST_TEST(loss[1].value == -4.0);
+  BOOST_TEST(loss[2].value == -5.0);
+  history.erase("loss", 2, 99);  // past its end: as far as it has points
+  BOOST_TEST(history.length("loss") == 2u);
+  history.erase("missing", 0, 1);
+  history.erase("first", 0, 1);
+  BOOST_TEST(!history.contains("first"));
+  BOOST_TEST(history.length("first") == 0u);
+  history.record("first", 2, 0, 2.0);
+  BOOST_TEST(history.names() == (std::vector<std::string>{"loss", "first"}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(host_scalar_reads_plain_cpu_numbers_and_declines_the_rest) {
   BOOST_TEST(host_scalar(at::tensor(2.5)).value() == 2.5);
   BOOST_TEST(host_scalar(at::tensor(7, at::kLong)).value() == 7.0);

@@ -336,6 +336,33 @@ BOOST_AUTO_TEST_CASE(a_resume_of_an_epoch_cut_short_at_its_last_batch_validates_
                    step(1), step(1), evaluation(1), "EpochEnd ActionEnd"}));
 }
 
+// Only what the cut-short fit recorded from its epoch's end on is dropped: an evaluate() after it
+// and the resumed run's ActionStart subscribers record points that stay.
+BOOST_AUTO_TEST_CASE(a_resume_keeps_points_recorded_outside_the_cut_short_end) {
+  const TempDir dir("protocol");
+  const auto file = dir.path / "evaluated.tbckpt";
+  const auto options = TrainerOptions().max_epochs(2).seed(3);
+  auto train = make_batches(4, 4);
+  auto test = make_batches(1, 4, 4, 3, 99);
+  RecordedRun whole(options);
+  whole.trainer.fit(train);
+  {
+    RecordedRun first(TrainerOptions(options).max_steps(2));
+    first.trainer.fit(train);
+    first.trainer.evaluate(test);
+    first.trainer.save_checkpoint(file);
+  }
+  RecordedRun resumed(options);
+  resumed.trainer.on(Event::ActionStart, [](State& s) { s.record_metric("resumed", 1.0); });
+  resumed.trainer.resume_from(file);
+  resumed.trainer.fit(train);
+  const auto& metrics = resumed.trainer.state().metrics;
+  BOOST_TEST(metrics.length("val_loss") == 1u);  // the evaluate()'s, at step 2
+  BOOST_TEST(metrics.latest("val_loss").step == 2);
+  BOOST_TEST(metrics.length("resumed") == 1u);
+  check_same_series(whole.trainer.state().metrics, metrics, "train_loss_epoch");
+}
+
 BOOST_AUTO_TEST_CASE(cancel_batch_skips_backward_of_that_batch_only) {
   RecordedRun run{TrainerOptions()};
   std::vector<bool> cancelled_at_end;

@@ -63,9 +63,9 @@ class MetricHistory {
   /// Replaces the series `name` (used when restoring a checkpoint).
   void set_series(std::string_view name, std::vector<MetricPoint> points);
 
-  /// Keeps the first `length` points of the series `name` (all of them when it has fewer); with
-  /// none kept the series is removed, as if never recorded.
-  void truncate(std::string_view name, std::size_t length) noexcept;
+  /// Removes the points [first, last) of the series `name` (as far as it has them); a series left
+  /// without points is removed, as if never recorded.
+  void erase(std::string_view name, std::size_t first, std::size_t last);
 
  private:
   struct Series {

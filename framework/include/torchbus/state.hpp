@@ -78,6 +78,10 @@ struct State {
   /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps): the
   /// bus does not call subscribers that sit out RunStage::SanityCheck; its metrics are rolled back.
   bool sanity_checking = false;
+  /// From where the end of an epoch cut short by a stop or `max_steps` begins (its loss mean,
+  /// validation and EpochEnd) until that EpochEnd returns: a resume continues the epoch and runs
+  /// its end again, so a schedule per epoch does not advance here (docs/events.md).
+  bool epoch_cut_short = false;
   /// During a fit or evaluation with TrainerOptions::fast_dev_run: the bus does not call
   /// subscribers that sit out RunStage::FastDevRun (checkpoints, loggers, the report).
   bool fast_dev_run = false;
