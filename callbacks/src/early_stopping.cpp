@@ -67,6 +67,8 @@ void EarlyStopping::on_epoch_end(State& state) {
 }
 
 void EarlyStopping::check(State& state) {
+  // The end of an epoch cut short runs again when a resume continues the epoch: it is checked then.
+  if (state.epoch_cut_short) return;
   const auto& monitor = options_.monitor();
   const MetricPoint* point =
       monitor_.poll(state, options_.check_on(), "EarlyStopping: monitored metric", name());

@@ -8,6 +8,7 @@
 #include <support/reframe_checkpoint.hpp>
 #include <support/same_series.hpp>
 #include <support/scratch.hpp>
+#include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 
 #include <sys/stat.h>
@@ -92,19 +93,28 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_weights) {
 // Stopped at step 5 (in the second epoch) or at the first EpochStart (before any metric), and
 // checkpointed at the stop's EpochEnd or ActionEnd, after the cut-short epoch recorded its loss
 // mean and a subscriber its own epoch metric: the resumed run's metric history is the
-// uninterrupted run's, each epoch's end recorded once, and a schedule per epoch (which records
-// the lr of every step) advances once per epoch.
+// uninterrupted run's, each epoch's end recorded once; a schedule per epoch (which records the lr
+// of every step) advances, and EarlyStopping checks, once per epoch.
 BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history) {
-  const auto record_epoch_metric = [](ResumeRun& run) {
+  const auto observe_epochs = [](ResumeRun& run) {
     run.trainer.on(Event::EpochEnd, [](State& s) {
       s.record_metric("batches_in_epoch", static_cast<double>(s.batch_in_epoch));
     });
     run.trainer.add(std::make_shared<LearningRateScheduler>(
         StepDecayOptions(1).gamma(0.5),
         LearningRateSchedulerOptions().interval(ScheduleInterval::Epoch)));
+    // Checks every epoch's mean once (Max: the falling loss makes every check after the first
+    // one without improvement, so a check of the cut-short end would show in wait()).
+    auto stopping = std::make_shared<EarlyStopping>(EarlyStoppingOptions()
+                                                        .monitor("train_loss_epoch")
+                                                        .mode(Mode::Max)
+                                                        .check_on(Event::EpochEnd)
+                                                        .patience(100));
+    run.trainer.add(stopping);
+    return stopping;
   };
   ResumeRun uninterrupted;
-  record_epoch_metric(uninterrupted);
+  const auto expected_stopping = observe_epochs(uninterrupted);
   uninterrupted.fit();
   const auto& expected = uninterrupted.trainer.state().metrics;
   for (const auto stopped_at : {Event::StepEnd, Event::EpochStart}) {
@@ -113,7 +123,7 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history
                                        << to_string(saved_at)) {
         const auto file = scratch("run_end", "history") / "stop.tbckpt";
         ResumeRun first;
-        record_epoch_metric(first);
+        observe_epochs(first);
         first.trainer.on(stopped_at, [](State& s) {
           if (s.step == 5 || s.global_batch == 0) s.request_stop("stop", StopKind::Interrupted);
         });
@@ -123,12 +133,14 @@ BOOST_AUTO_TEST_CASE(an_interruption_resumes_to_the_uninterrupted_metric_history
                    (stopped_at == Event::StepEnd ? 2 : 1));
 
         ResumeRun resumed(/*init_seed=*/99);
-        record_epoch_metric(resumed);
+        const auto stopping = observe_epochs(resumed);
         resumed.trainer.resume_from(file);
         resumed.fit();
         const auto& got = resumed.trainer.state().metrics;
         BOOST_TEST(got.names() == expected.names(), boost::test_tools::per_element());
         for (const auto& name : expected.names()) check_same_series(expected, got, name);
+        BOOST_TEST(stopping->wait() == expected_stopping->wait());
+        BOOST_TEST(stopping->best() == expected_stopping->best());
         const auto weights = uninterrupted.model->parameters();
         const auto resumed_weights = resumed.model->parameters();
         for (std::size_t i = 0; i < weights.size(); ++i) {
