@@ -96,12 +96,6 @@ bool parse_int(const std::string& text, std::int64_t& value) {
   return true;
 }
 
-/// What an existing file holds, read line by line.
-struct Scan {
-  std::int64_t last_step = -1;     // largest step of a step row
-  bool partial_last_line = false;  // the file ends without a line break (a killed run)
-};
-
 /// Which rows a rewrite keeps: given kind, step and epoch of a row.
 using KeepRow = bool (*)(const std::string& kind, std::int64_t step, std::int64_t epoch,
                          std::int64_t resume_step, std::int64_t resume_epoch);
@@ -219,10 +213,7 @@ void CsvLogger::open(bool replace) {
     out_.header_pending = true;
     reconciled_ = true;
   }
-  tensor_cols_.clear();
-  for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
-  lr_col_ = column_index("lr");
-  out_.file->rows().set_width(columns_.size() - kFixedCount);
+  index_columns();
   out_.flushed_at = std::chrono::steady_clock::now();
 }
 
@@ -234,6 +225,18 @@ void CsvLogger::on_action_end(State& /*state*/) {
     throw;
   }
   out_.file->close();
+}
+
+void CsvLogger::index_columns() {
+  tensor_cols_.clear();
+  for (const auto& tensor : options_.tensors_to_log()) tensor_cols_.push_back(column_index(tensor));
+  lr_col_ = column_index("lr");
+  out_.file->rows().set_width(columns_.size() - kFixedCount);
+}
+
+bool CsvLogger::is_own_column(const std::string& name) const {
+  const auto& tensors = options_.tensors_to_log();
+  return name == "lr" || std::find(tensors.begin(), tensors.end(), name) != tensors.end();
 }
 
 void CsvLogger::reopen_for_appending() {
@@ -252,50 +255,72 @@ std::size_t CsvLogger::column_index(const std::string& name) {
 
 namespace {
 
+/// What `rewrite` changes in a file.
+struct Rewrite {
+  std::vector<std::string> extra;     // columns added at the end, empty in every row
+  std::vector<bool> dropped_columns;  // per column, whether it goes; empty: every column stays
+  KeepRow keep = nullptr;             // which rows stay; nullptr: every row
+  std::int64_t resume_step = 0, resume_epoch = 0;  // what `keep` is given
+};
+
+/// Whether `keep` drops the row of `fields`.
+bool dropped_row(const std::vector<std::string>& fields, const Rewrite& change) {
+  std::int64_t step = 0, epoch = 0;
+  return change.keep != nullptr && fields.size() > kEpochCol && parse_int(fields[kStepCol], step) &&
+         parse_int(fields[kEpochCol], epoch) &&
+         !change.keep(fields[kKindCol], step, epoch, change.resume_step, change.resume_epoch);
+}
+
+/// `line` without the columns `change` drops.
+std::string without_dropped_columns(const std::string& line, const Rewrite& change) {
+  if (change.dropped_columns.empty()) return line;
+  const auto fields = split_csv(line);
+  std::string out;
+  bool first = true;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i < change.dropped_columns.size() && change.dropped_columns[i]) continue;
+    if (!first) out += ',';
+    out += csv_field(fields[i]);
+    first = false;
+  }
+  return out;
+}
+
 /// The copy `rewrite` makes, from `in` to `out`.
-std::int64_t copy_rows(std::istream& in, AtomicFile& out, const std::vector<std::string>& extra,
-                       KeepRow keep, std::int64_t resume_step, std::int64_t resume_epoch) {
+std::int64_t copy_rows(std::istream& in, AtomicFile& out, const Rewrite& change) {
   std::string suffix;
-  for (const auto& name : extra) suffix += "," + csv_field(name);
-  std::string empty_cells(extra.size(), ',');
+  for (const auto& name : change.extra) suffix += "," + csv_field(name);
+  std::string empty_cells(change.extra.size(), ',');
   std::string line;
   std::int64_t dropped = 0;
   bool header = true;
   while (std::getline(in, line)) {
     if (in.eof()) break;  // a partial last line, left by a killed run
     if (header) {
-      out.write(line + suffix + '\n');
+      out.write(without_dropped_columns(line, change) + suffix + '\n');
       header = false;
       continue;
     }
-    if (keep != nullptr) {
-      const auto fields = split_csv(line);
-      std::int64_t step = 0, epoch = 0;
-      if (fields.size() > kEpochCol && parse_int(fields[kStepCol], step) &&
-          parse_int(fields[kEpochCol], epoch) &&
-          !keep(fields[kKindCol], step, epoch, resume_step, resume_epoch)) {
-        ++dropped;
-        continue;
-      }
+    if (change.keep != nullptr && dropped_row(split_csv(line), change)) {
+      ++dropped;
+      continue;
     }
-    out.write(line);
+    out.write(without_dropped_columns(line, change));
     out.write(empty_cells);
     out.write("\n");
   }
   return dropped;
 }
 
-/// Replaces `path` atomically by a copy that adds `extra` columns to the header (and an empty cell
-/// to every row), keeps only the rows `keep` accepts and drops a partial last line. Returns the
-/// number of rows dropped.
-std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra, KeepRow keep,
-                     std::int64_t resume_step, std::int64_t resume_epoch, const std::string& who) {
+/// Replaces `path` atomically by a copy changed as `change` says, without a partial last line.
+/// Returns the number of rows dropped.
+std::int64_t rewrite(const fs::path& path, const Rewrite& change, const std::string& who) {
   std::ifstream in(path);
   TORCHBUS_CHECK(in.good(), Error, who, ": cannot read '", path.string(),
                  "': ", system_error_text(errno));
   try {
     AtomicFile out(path);
-    const auto dropped = copy_rows(in, out, extra, keep, resume_step, resume_epoch);
+    const auto dropped = copy_rows(in, out, change);
     out.commit();
     return dropped;
   } catch (const Error& failure) {
@@ -303,20 +328,26 @@ std::int64_t rewrite(const fs::path& path, const std::vector<std::string>& extra
   }
 }
 
-/// Reads an existing file's rows.
-Scan scan(const fs::path& path) {
-  Scan result;
+/// What an existing file holds, read line by line, and what `change` would do to it.
+struct Existing {
+  std::int64_t last_step = -1;     // largest step of a step row
+  bool partial_last_line = false;  // the file ends without a line break (a killed run)
+  bool drops_a_row = false;        // `change` drops a row
+  std::vector<bool> filled_by_kept, filled_by_dropped;  // per column: a cell of such a row is set
+};
+
+/// Reads an existing file of `width` columns.
+Existing read_existing(const fs::path& path, const Rewrite& change, std::size_t width) {
+  Existing result;
+  result.filled_by_kept.assign(width, false);
+  result.filled_by_dropped.assign(width, false);
   std::ifstream in(path);
   std::string line;
-  bool header = true;
+  std::getline(in, line);  // header
   while (std::getline(in, line)) {
     if (in.eof()) {
       result.partial_last_line = true;
       break;
-    }
-    if (header) {
-      header = false;
-      continue;
     }
     const auto fields = split_csv(line);
     std::int64_t step = 0;
@@ -324,27 +355,14 @@ Scan scan(const fs::path& path) {
         parse_int(fields[kStepCol], step)) {
       result.last_step = std::max(result.last_step, step);
     }
-  }
-  return result;
-}
-
-/// Whether any row of `path` would be dropped by `keep`.
-bool any_dropped(const fs::path& path, KeepRow keep, std::int64_t resume_step,
-                 std::int64_t resume_epoch) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    if (in.eof()) break;
-    const auto fields = split_csv(line);
-    std::int64_t step = 0, epoch = 0;
-    if (fields.size() > kEpochCol && parse_int(fields[kStepCol], step) &&
-        parse_int(fields[kEpochCol], epoch) &&
-        !keep(fields[kKindCol], step, epoch, resume_step, resume_epoch)) {
-      return true;
+    const bool dropped = dropped_row(fields, change);
+    result.drops_a_row = result.drops_a_row || dropped;
+    auto& filled = dropped ? result.filled_by_dropped : result.filled_by_kept;
+    for (std::size_t i = 0; i < fields.size() && i < width; ++i) {
+      if (!fields[i].empty()) filled[i] = true;
     }
   }
-  return false;
+  return result;
 }
 
 }  // namespace
@@ -364,7 +382,7 @@ void CsvLogger::add_columns(const std::vector<std::string>& names) {
   } else {
     flush_rows(Flush::kWritten);  // the rewrite copies the file, buffered rows included
     out_.file->close();
-    rewrite(options_.path(), extra, nullptr, 0, 0, who(*this));
+    rewrite(options_.path(), Rewrite{extra, {}, nullptr, 0, 0}, who(*this));
     reopen_for_appending();
     out_.file->rows().set_width(columns_.size() + extra.size() - kFixedCount);
   }
@@ -378,15 +396,30 @@ void CsvLogger::on_epoch_start(State& state) {
 void CsvLogger::reconcile(const State& state) {
   reconciled_ = true;
   const fs::path& path = options_.path();
-  const Scan existing = scan(path);
   const bool fresh = state.step == 0 && state.epoch == 0;
-  const bool drop = !fresh && any_dropped(path, keep_before_resume, state.step, state.epoch);
-  if (drop || existing.partial_last_line) {
+  Rewrite change;
+  change.keep = fresh ? nullptr : keep_before_resume;
+  change.resume_step = state.step;
+  change.resume_epoch = state.epoch;
+  const Existing existing = read_existing(path, change, columns_.size());
+  // The columns only dropped rows filled go with them: the run writes them again where they first
+  // appear, as an uninterrupted run does (its own columns stay).
+  change.dropped_columns.assign(columns_.size(), false);
+  std::vector<std::string> dropped_names;
+  for (std::size_t i = kFixedCount; i < columns_.size(); ++i) {
+    if (existing.filled_by_dropped[i] && !existing.filled_by_kept[i] &&
+        !is_own_column(columns_[i])) {
+      change.dropped_columns[i] = true;
+      dropped_names.push_back(columns_[i]);
+    }
+  }
+  if (existing.drops_a_row || existing.partial_last_line) {
     flush_rows(Flush::kWritten);
     out_.file->close();
-    const auto dropped = rewrite(path, {}, fresh ? nullptr : keep_before_resume, state.step,
-                                 state.epoch, who(*this));
+    const auto dropped = rewrite(path, change, who(*this));
     reopen_for_appending();
+    for (const auto& name : dropped_names) columns_.erase(columns_.begin() + column_index(name));
+    index_columns();
     if (existing.partial_last_line) {
       logger()->info("CsvLogger '{}': dropped the incomplete last line of '{}'", name(),
                      path.string());
@@ -394,8 +427,11 @@ void CsvLogger::reconcile(const State& state) {
     if (dropped > 0) {
       logger()->info(
           "CsvLogger '{}': the run resumes at step {}, epoch {}: dropped {} rows of '{}' written "
-          "after that point by the previous run (they are written again)",
-          name(), state.step, state.epoch, dropped, path.string());
+          "after that point by the previous run (they are written again){}",
+          name(), state.step, state.epoch, dropped, path.string(),
+          dropped_names.empty()
+              ? std::string()
+              : ", and the columns only they filled: " + detail::join_or_none(dropped_names));
     }
   }
   if (fresh && existing.last_step > 0) {

@@ -484,6 +484,61 @@ BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_rows_written_after_its_checkpoint) 
   BOOST_TEST(reported);
 }
 
+BOOST_AUTO_TEST_CASE(a_resumed_run_drops_the_columns_only_the_dropped_rows_filled) {
+  TempDir dir("csv");
+  const auto path = dir.path / "metrics.csv";
+  auto train = make_batches(4, 4);
+  // Metrics recorded at the EpochEnd of epoch 1 onwards, in the order `names` gives.
+  const auto record_from_epoch_1 = [](Trainer& trainer, std::vector<std::string> names) {
+    trainer.on(
+        Event::EpochEnd,
+        [names](State& state) {
+          if (state.epoch < 1) return;
+          for (const auto& name : names) state.record_metric(name, 0.5);
+        },
+        -100);
+  };
+  {
+    // The first run: its epoch 1 adds the column `accuracy`, after the checkpoint of epoch 0.
+    Run run(TrainerOptions().max_epochs(2));
+    record_from_epoch_1(run.trainer, {"accuracy"});
+    run.trainer.add(std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1)));
+    run.trainer.fit(train);
+  }
+  BOOST_TEST(read_csv(path).header.back() == "accuracy");
+
+  // The resumed run records `precision` before `accuracy`: its columns come in that order, as an
+  // uninterrupted run's would, not in the order the dropped rows left.
+  Run run(TrainerOptions().max_epochs(2));
+  resume_after_a_run(run.trainer, TrainerOptions().max_epochs(1), train,
+                     path.parent_path() / "epoch-0.tbckpt");
+  record_from_epoch_1(run.trainer, {"precision", "accuracy"});
+  run.trainer.add(
+      std::make_shared<CsvLogger>(CsvLoggerOptions(path.string()).step_freq(1).append(true)));
+  CapturedLog log;
+  run.trainer.fit(train);
+
+  const Csv csv = read_csv(path);
+  BOOST_TEST(
+      csv.header == (std::vector<std::string>{"kind", "step", "epoch", "wall_time", "step_loss",
+                                              "lr", "train_loss_epoch", "precision", "accuracy"}),
+      boost::test_tools::per_element());
+  BOOST_TEST(csv.text.find("kind,", 1) == std::string::npos);  // one header
+  for (auto width : csv.widths) BOOST_TEST(width == csv.header.size());
+  const auto epochs = csv.of_kind("epoch");
+  BOOST_TEST_REQUIRE(epochs.size() == 2u);
+  BOOST_TEST(epochs[0].at("accuracy").empty());  // the kept row of epoch 0 lost no cell
+  BOOST_TEST(!epochs[0].at("train_loss_epoch").empty());
+  BOOST_TEST(std::stod(epochs[1].at("precision")) == 0.5);
+  BOOST_TEST(std::stod(epochs[1].at("accuracy")) == 0.5);
+  BOOST_TEST(csv.of_kind("step").size() == 8u);
+  bool reported = false;
+  for (const auto& message : log.messages("info")) {
+    reported = reported || has(message, "and the columns only they filled: accuracy");
+  }
+  BOOST_TEST(reported);
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_tensor_is_warned_about_once_and_its_cells_stay_empty) {
   TempDir dir("csv");
   const auto path = dir.path / "metrics.csv";

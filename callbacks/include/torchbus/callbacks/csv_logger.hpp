@@ -83,7 +83,8 @@ class CsvLogger : public Callback {
   /// Opens the file (replacing it, or continuing it in append mode and after the first action);
   /// throws ConfigError when it cannot be written.
   void on_action_start(State& state) override;
-  /// At the first epoch of an action: drops the rows a resumed run will write again.
+  /// At the first epoch of an action: drops the rows a resumed run will write again, and the
+  /// metric columns only they filled.
   void on_epoch_start(State& state) override;
   /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
   /// `flush_secs` have passed since the last flush or 128 rows are waiting.
@@ -109,6 +110,10 @@ class CsvLogger : public Callback {
   void flush_if_due();
   void flush_rows(Flush flush);
   std::size_t column_index(const std::string& name);
+  /// Finds the columns of the tensors and of lr, and sets the width of rows recorded from now on.
+  void index_columns();
+  /// Whether `name` is a column of this run's own step rows: a tensor of tensors_to_log, or lr.
+  bool is_own_column(const std::string& name) const;
   void add_columns(const std::vector<std::string>& names);
   void set_cell(std::size_t column, double value);
   void set_lr(const State& state);
