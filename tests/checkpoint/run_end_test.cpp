@@ -15,8 +15,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 using namespace torchbus;
@@ -233,6 +235,95 @@ BOOST_AUTO_TEST_CASE(a_well_formed_payload_of_wrong_entries_names_its_section) {
         what);
   }
   BOOST_TEST(torch::equal(target.model->parameters()[0], before));
+}
+
+// The entries that place a resume in an epoch cut short (whether its order was drawn, the points
+// its end recorded), malformed in a payload that is otherwise well formed: a CheckpointError that
+// names the file and the entry; the same entries well formed read.
+BOOST_AUTO_TEST_CASE(malformed_entries_of_an_epoch_cut_short_are_named) {
+  const auto folder = scratch("run_end", "malformed_epoch_end");
+  ResumeRun run;
+  run.trainer.save_checkpoint(folder / "good.tbckpt");
+  const auto original = read_text(folder / "good.tbckpt");
+  const auto original_payload = read_checkpoint_payload(folder / "good.tbckpt").size();
+  using Entries = std::function<void(torch::serialize::OutputArchive&)>;
+  const auto ranges = [](std::vector<std::int64_t> values, std::int64_t rows) {
+    return torch::tensor(values, torch::kLong).reshape({rows, -1});
+  };
+  // Writes a checkpoint of a position in epoch 1 with `entries`, and reads its position.
+  const auto read_with = [&](const std::string& name, const Entries& entries) {
+    torch::serialize::OutputArchive archive;
+    archive.write("format_version", c10::IValue(std::int64_t{1}));
+    archive.write("position", c10::IValue(std::vector<std::int64_t>{1, 6, 2, 6}));
+    archive.write("accumulate_grad_batches", c10::IValue(std::int64_t{1}));
+    entries(archive);
+    std::ostringstream payload;
+    archive.save_to(payload);
+    const auto file = folder / (name + ".tbckpt");
+    std::ofstream(file, std::ios::binary)
+        << reframe_checkpoint(original, original_payload, payload.str());
+    return read_checkpoint_position(file);
+  };
+  const auto names = [](const char* lines) { return c10::IValue(std::string(lines)); };
+
+  BOOST_CHECK_NO_THROW(read_with("well_formed", [&](auto& archive) {
+    archive.write("epoch_order_drawn", c10::IValue(true));
+    archive.write("epoch_end_point_names", names("train_loss_epoch\nval_loss"));
+    archive.write("epoch_end_point_ranges", ranges({1, 2, 0, 0}, 2));
+  }));
+  BOOST_TEST(read_with("none", [](auto&) {}).step == 6);  // a checkpoint before the entries
+
+  const std::vector<std::tuple<std::string, std::string, Entries>> malformed = {
+      {"drawn_not_a_bool", "'epoch_order_drawn'",
+       [](auto& archive) { archive.write("epoch_order_drawn", c10::IValue(std::int64_t{1})); }},
+      {"names_without_ranges", "'epoch_end_point'",
+       [&](auto& archive) { archive.write("epoch_end_point_names", names("val_loss")); }},
+      {"ranges_without_names", "'epoch_end_point'",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_ranges", ranges({0, 1}, 1));
+       }},
+      {"names_not_text", "'epoch_end_point'",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", c10::IValue(std::int64_t{3}));
+         archive.write("epoch_end_point_ranges", ranges({0, 1}, 1));
+       }},
+      {"fewer_ranges_than_names", "'epoch_end_point_ranges' entry: 2 names, ranges of shape [1, 2]",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", names("a\nb"));
+         archive.write("epoch_end_point_ranges", ranges({0, 1}, 1));
+       }},
+      {"three_columns", "expected 1 x 2 int64",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", names("a"));
+         archive.write("epoch_end_point_ranges", ranges({0, 1, 2}, 1));
+       }},
+      {"float_ranges", "'epoch_end_point_ranges' entry",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", names("a"));
+         archive.write("epoch_end_point_ranges", torch::tensor({0.0, 1.0}).reshape({1, 2}));
+       }},
+      {"negative_begin", "points [-1, 2) of 'a'",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", names("a"));
+         archive.write("epoch_end_point_ranges", ranges({-1, 2}, 1));
+       }},
+      {"end_before_begin", "points [3, 2) of 'b'",
+       [&](auto& archive) {
+         archive.write("epoch_end_point_names", names("a\nb"));
+         archive.write("epoch_end_point_ranges", ranges({0, 1, 3, 2}, 2));
+       }},
+  };
+  for (const auto& [name, expected, entries] : malformed) {
+    const auto file = folder / (name + ".tbckpt");
+    try {
+      read_with(name, entries);
+      BOOST_ERROR(name << ": a malformed checkpoint was read");
+    } catch (const CheckpointError& error) {
+      const std::string what = error.what();
+      BOOST_TEST(what.find(file.string()) != std::string::npos, name << ": " << what);
+      BOOST_TEST(what.find(expected) != std::string::npos, name << ": " << what);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(odd_entries_of_a_checkpoint_folder_are_skipped_never_followed) {
