@@ -22,6 +22,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   batch_samples_ = 0;
   resharded_from_ = 0;
   expected_batch_samples_ = 0;
+  written_position_.reset();
   check_deferred_in_epoch_ = -1;
   counters_ = FitCounters{};
   context_.events.publish_progress();
@@ -208,6 +209,7 @@ void FitLoop::drop_unfinished_epoch_end() {
 }
 
 void FitLoop::start_epoch(BatchSource& train) {
+  written_position_.reset();  // the rescaled position holds from here on
   if (!order_drawn_) {
     // Every rank draws the epoch's order (e.g. a DistributedSampler's permutation) from rank 0's
     // generator, so that the shards stay disjoint.
@@ -355,6 +357,14 @@ FitProgress FitLoop::progress() const {
     progress.epoch_end_points = epoch_end_points();
     progress.validated_step = validated_before_epoch_end_;
   }
+  if (written_position_ && !next_epoch) {
+    progress.batch_in_epoch = written_position_->batch_in_epoch;
+    progress.global_batch = written_position_->global_batch;
+    progress.world_size = written_position_->world_size;
+    progress.batch_samples = written_position_->batch_samples;
+    progress.accumulate_grad_batches = written_position_->accumulate_grad_batches;
+    progress.written = written_position_;
+  }
   return progress;
 }
 
@@ -368,11 +378,13 @@ void FitLoop::save(torch::serialize::OutputArchive& archive,
   if (!saved.stop_reason.empty()) archive.write("stop_reason", c10::IValue(saved.stop_reason));
   archive.write("epoch_start_rng", saved.epoch_start_rng);
   archive.write("epoch_order_drawn", c10::IValue(saved.order_drawn));
-  // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on.
+  // k of the last epoch trained (mid-epoch: the current one), which a resume must agree on; before
+  // a resume on other ranks continued its epoch, the checkpoint's own.
   const auto k_epoch =
       std::max<std::int64_t>(0, saved.batch_in_epoch > 0 ? saved.epoch : saved.epoch - 1);
   archive.write("accumulate_grad_batches",
-                c10::IValue(configured.accumulate_grad_batches_at(k_epoch)));
+                c10::IValue(saved.written ? saved.written->accumulate_grad_batches
+                                          : configured.accumulate_grad_batches_at(k_epoch)));
   archive.write("accumulate_grad_batches_epoch", c10::IValue(k_epoch));
   // What a resume on another number of ranks checks (docs/distributed.md).
   archive.write("world_size", c10::IValue(saved.world_size));
@@ -479,6 +491,8 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
                   configured.limit_train_batches().to_string(),
                   " (batches per rank) covers; give it as a fraction, or keep k");
     }
+    progress.written = FitProgress::Written{progress.batch_in_epoch, progress.global_batch, ranks,
+                                            progress.batch_samples, k};
     // The epoch continues after the steps it made (a short last one counted), however many
     // batches a step is made of here; past the data's end, the epoch is over.
     const auto steps = (progress.batch_in_epoch + k - 1) / k;
@@ -510,6 +524,7 @@ void FitLoop::restore(const FitProgress& progress) {
       progress.world_size > 0 && progress.world_size != ranks_here ? progress.world_size : 0;
   expected_batch_samples_ = progress.expected_batch_samples;
   batch_samples_ = resharded_from_ > 0 ? 0 : progress.batch_samples;
+  written_position_ = resharded_from_ > 0 ? progress.written : std::nullopt;
   check_deferred_in_epoch_ = -1;
   if (resharded_from_ > 0) {
     logger()->info(

@@ -59,6 +59,18 @@ struct FitProgress {
   /// Set when the epoch a resume continues was cut short and had begun its end: the points that
   /// end recorded (until its fit ended), which the continued epoch's end records again.
   std::optional<std::vector<SeriesRange>> epoch_end_points;
+  /// The position as a checkpoint holds it, before a resume on another number of ranks rescaled
+  /// it.
+  struct Written {
+    std::int64_t batch_in_epoch = 0;
+    std::int64_t global_batch = 0;
+    std::int64_t world_size = 0;
+    std::int64_t batch_samples = 0;
+    std::int64_t accumulate_grad_batches = 0;
+  };
+  /// Set when it resumes on another number of ranks (batch_in_epoch and global_batch are then
+  /// rescaled for the ranks here).
+  std::optional<Written> written;
 };
 
 /// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
@@ -155,6 +167,10 @@ class FitLoop {
   // may be its epoch's last defers the check once per epoch.
   std::int64_t resharded_from_ = 0;
   std::int64_t expected_batch_samples_ = 0;
+  // Resumed on another number of ranks, until the continued epoch has skipped what the checkpoint
+  // trained: the checkpoint's own position, which a checkpoint taken meanwhile holds, so that a
+  // resume from it rescales it alike (the rescaled one may pass the end of the epoch here).
+  std::optional<FitProgress::Written> written_position_;
   std::int64_t check_deferred_in_epoch_ = -1;
   std::int64_t train_batch_limit_ = -1;  // training batches per epoch (-1: all)
   std::int64_t val_batch_limit_ = -1;    // batches per validation (-1: all)

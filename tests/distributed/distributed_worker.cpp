@@ -8,7 +8,8 @@
 // stop_rank/stop_step/stop_event (request a stop there; event StepEnd by default, or
 // AfterBackward), skip_rank/skip_step/skip_event (set skip_update there; AfterBackward by default,
 // or BeforeOptimizerStep), throw_rank/throw_step (throw there),
-// save_step/save (rank 0 writes a checkpoint there), resume (a checkpoint to continue from),
+// save_step/save/save_event (rank 0 writes a checkpoint there: at StepEnd by default, or at the
+// first EpochStart where state.step is save_step), resume (a checkpoint to continue from),
 // mark_step (each rank creates OUT/rank<r>.running there, to tell the test training is under way),
 // slow_ms (each step after mark_step sleeps that long, so that a SIGKILL lands mid-run),
 // samples=1 (each rank appends "epoch step index" to OUT/rank<r>.samples for every sample it
@@ -125,6 +126,15 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   const auto throw_step = number(args, "throw_step", -1);
   const auto save_step = number(args, "save_step", -1);
   const auto mark_step = number(args, "mark_step", -1);
+  const auto save_event = args.count("save_event") ? args.at("save_event") : "StepEnd";
+  bool saved_at_epoch_start = false;  // once: the EpochStart of a resumed epoch, not the next one
+  trainer.on(torchbus::Event::EpochStart, [&](torchbus::State& state) {
+    if (state.rank == 0 && state.step == save_step && save_event == "EpochStart" &&
+        !saved_at_epoch_start) {
+      trainer.save_checkpoint(args.at("save"));
+      saved_at_epoch_start = true;
+    }
+  });
   // Collectives per step (StepStart to StepEnd) and those already started when the window's
   // last backward returned, over all steps.
   std::int64_t at_step_start = 0;
@@ -167,7 +177,9 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
     if (state.rank == throw_rank && state.step == throw_step) {
       throw std::runtime_error("injected failure at step " + std::to_string(state.step));
     }
-    if (state.rank == 0 && state.step == save_step) trainer.save_checkpoint(args.at("save"));
+    if (state.rank == 0 && state.step == save_step && save_event == "StepEnd") {
+      trainer.save_checkpoint(args.at("save"));
+    }
     if (state.step == mark_step) std::ofstream(out + "/rank" + std::to_string(rank) + ".running");
     if (mark_step >= 0 && state.step > mark_step) {
       std::this_thread::sleep_for(std::chrono::milliseconds(number(args, "slow_ms", 0)));

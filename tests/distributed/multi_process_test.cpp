@@ -472,6 +472,48 @@ BOOST_AUTO_TEST_CASE(
              error);
 }
 
+// 96 samples at a global batch of 30: on 3 ranks of 10 an epoch is 4 steps (a last batch of 2 per
+// rank), on 1 rank of 15 accumulating 2 it is 3.5. A checkpoint of step 4, the last of epoch 0,
+// resumed on 1 rank places the epoch's continuation past its end. A checkpoint taken there, at the
+// resumed epoch's EpochStart, holds the 3 ranks' position, so that a resume from it on the 1 rank
+// rescales it alike and ends as the resume it was taken in.
+BOOST_AUTO_TEST_CASE(
+    a_checkpoint_taken_before_a_resumed_epoch_continued_resumes_on_the_same_ranks) {
+  TempDir first("distributed");
+  const auto checkpoint = (first.path / "step4.tbckpt").string();
+  BOOST_REQUIRE_EQUAL(
+      run_torchrun_style(
+          kWorker, {"out=" + first.path.string(), "batch=10", "save_step=4", "save=" + checkpoint},
+          3, free_port())
+          .exit_codes,
+      (std::vector<int>{0, 0, 0}));
+  TempDir resumed("distributed");
+  const auto at_epoch_start = (resumed.path / "epoch-start.tbckpt").string();
+  auto launch = run_torchrun_style(
+      kWorker,
+      {"out=" + resumed.path.string(), "batch=15", "accumulate=2", "resume=" + checkpoint,
+       "save_step=4", "save_event=EpochStart", "save=" + at_epoch_start},
+      1, free_port());
+  BOOST_REQUIRE_MESSAGE(launch.exit_codes == std::vector<int>{0},
+                        read_text(resumed.path / "rank0.error"));
+  BOOST_TEST(read_results(resumed.path / "rank0.txt").at("step") == "8");
+  const auto position = read_checkpoint_position(at_epoch_start);
+  BOOST_TEST(position.world_size == 3);
+  BOOST_TEST(position.batch_in_epoch == 4);
+  BOOST_TEST(position.accumulate_grad_batches == 1);
+
+  TempDir again("distributed");
+  launch = run_torchrun_style(
+      kWorker,
+      {"out=" + again.path.string(), "batch=15", "accumulate=2", "resume=" + at_epoch_start}, 1,
+      free_port());
+  BOOST_REQUIRE_MESSAGE(launch.exit_codes == std::vector<int>{0},
+                        read_text(again.path / "rank0.error"));
+  BOOST_TEST(read_results(again.path / "rank0.txt").at("step") == "8");
+  BOOST_TEST(all_equal(load_parameters(again.path / "rank0.params"),
+                       load_parameters(resumed.path / "rank0.params")));
+}
+
 // One rank's checkpoint resumes on two ranks of half the batch.
 BOOST_AUTO_TEST_CASE(a_checkpoint_of_one_rank_resumes_on_two_with_the_same_global_batch) {
   TempDir whole("distributed");
