@@ -83,6 +83,7 @@ torchbus_libtorch_prefixes_with_bundled_headers(libtorch_prefixes)
 set(saved_ignore_prefix_path "${CMAKE_IGNORE_PREFIX_PATH}")
 list(APPEND CMAKE_IGNORE_PREFIX_PATH ${libtorch_prefixes})
 find_package(Protobuf REQUIRED)  # TensorBoard records (callbacks/proto)
+find_package(ZLIB REQUIRED)  # the CRC-32 of state_dict files' zip records
 find_package(spdlog REQUIRED)
 if(TORCHBUS_BUILD_TESTS)
   find_package(Boost 1.74 REQUIRED COMPONENTS unit_test_framework)

@@ -10,6 +10,7 @@
 #include <torchbus/state_dict.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -64,8 +65,8 @@ BOOST_AUTO_TEST_CASE(model_pt_is_the_final_weights_and_validate_evaluates_them) 
   BOOST_TEST(read_text(run / "summary.json") == trained);
 }
 
-// --init-from is strict (exit 2 naming the file and the keys), in the identity (a --resume with
-// another file is refused), and --validate needs weights to evaluate.
+// --init-from is strict (exit 2 naming the file and the keys, or the damaged record), in the
+// identity (a --resume with another file is refused), and --validate needs weights to evaluate.
 BOOST_AUTO_TEST_CASE(init_from_is_strict_and_part_of_the_identity) {
   const auto source = scratch("model_weights", "source");
   BOOST_TEST_REQUIRE(run_train(kShortRun + "--hidden 16 --out " + source.string()).status == 0);
@@ -78,6 +79,26 @@ BOOST_AUTO_TEST_CASE(init_from_is_strict_and_part_of_the_identity) {
   BOOST_TEST(has(result.output, weights), result.output);
   BOOST_TEST(has(result.output, "size mismatch for 1.weight: [16, 32] in the file, [8, 32]"),
              result.output);
+
+  // A bit flipped in the bytes of a weight: refused by its zip CRC-32, which LibTorch's reader
+  // does not check (it would train from the damaged weight).
+  const auto damaged = (scratch("model_weights", "damaged") / "model.pt").string();
+  {
+    auto bytes = read_text(weights);
+    const auto tensors = torchbus::read_state_dict(weights);
+    const auto& weight = tensors.front().second;
+    const std::string data(static_cast<const char*>(weight.data_ptr()),
+                           static_cast<std::size_t>(weight.nbytes()));
+    const auto at = bytes.find(data);
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    bytes[at + data.size() / 2] ^= 0x10;
+    std::ofstream(damaged, std::ios::binary) << bytes;
+  }
+  result = run_train(kShortRun + "--hidden 16 --init-from " + damaged + " --out " +
+                     scratch("model_weights", "from_damaged").string());
+  BOOST_TEST(result.status == 2, result.output);
+  BOOST_TEST(has(result.output, damaged + ": record '"), result.output);
+  BOOST_TEST(has(result.output, "' is damaged: its "), result.output);
 
   const auto started = scratch("model_weights", "started");
   result =

@@ -6,11 +6,13 @@ Run by ctest with Debian's /usr/bin/python3 (python3-torch, the same PyTorch 1.1
   Python -> file -> C++: a file of torch.save(model.state_dict()) loads with the exact values;
   Python -> C++ -> Python: random weights come back bit for bit;
   bad files: one clear message naming the file (missing, unexpected, shape, dtype, truncated,
-      TorchScript archive, not a dict of str -> tensor, legacy format).
+      a flipped bit that Python's zipfile finds by its CRC-32 too, TorchScript archive, not a dict
+      of str -> tensor, legacy format); a file without CRC-32s (set_crc32_options(False)) loads.
 """
 
 import argparse
 import os
+import struct
 import subprocess
 import sys
 import zipfile
@@ -116,6 +118,36 @@ class Checks:
                            "%s refused naming the file and %s: %s"
                            % (os.path.basename(path), parts, line))
 
+    def unrecorded_crcs(self):
+        """A file whose records carry no CRC-32 (0: torch.save under
+        torch.serialization.set_crc32_options(False), PyTorch 2.6 and later) loads."""
+        model = network()
+        model.load_state_dict(patterned(5))
+        path = self.path("no_crc32.pt")
+        if hasattr(torch.serialization, "set_crc32_options"):
+            torch.serialization.set_crc32_options(False)
+            try:
+                torch.save(model.state_dict(), path)
+            finally:
+                torch.serialization.set_crc32_options(True)
+        else:
+            # This PyTorch always records them: write 0 into every central directory entry, where
+            # a reader takes them from, as that option does.
+            torch.save(model.state_dict(), path)
+            with open(path, "rb") as file:
+                data = bytearray(file.read())
+            at = data.find(b"PK\x01\x02")
+            while at >= 0:
+                data[at + 16:at + 20] = bytes(4)
+                at = data.find(b"PK\x01\x02", at + 4)
+            with open(path, "wb") as file:
+                file.write(bytes(data))
+        with zipfile.ZipFile(path) as archive:
+            self.check(all(info.CRC == 0 for info in archive.infolist()),
+                       "no_crc32.pt records no CRC-32")
+        result = self.run_tool("expect", path)
+        self.check(result.returncode == 0, "a file without CRC-32s loads: " + result.stderr)
+
     def errors(self):
         good = patterned(5)
 
@@ -166,6 +198,25 @@ class Checks:
 
         self.rejected("short_record.pt", short_record,
                       ["'0.weight' reaches 48 bytes into its data record, which holds 4"])
+        def flipped(path):
+            # One bit of the first tensor's data flipped in place: the zip's CRC-32 no longer
+            # matches, which Python's zipfile (an independent reader) finds too.
+            torch.save(good, path)
+            with zipfile.ZipFile(path) as archive:
+                info = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+            with open(path, "r+b") as file:
+                file.seek(info.header_offset + 26)
+                name_length, extra_length = struct.unpack("<HH", file.read(4))
+                at = info.header_offset + 30 + name_length + extra_length + 5
+                file.seek(at)
+                byte = file.read(1)
+                file.seek(at)
+                file.write(bytes([byte[0] ^ 0x01]))
+            with zipfile.ZipFile(path) as archive:
+                self.check(archive.testzip() == info.filename,
+                           "Python's zipfile finds %s damaged" % info.filename)
+
+        self.rejected("flipped.pt", flipped, ["record '", "/data/0' is damaged", "CRC-32"])
         self.rejected("torchscript.pt", lambda path: torch.jit.save(torch.jit.script(network()), path),
                       ["TorchScript archive"])
         self.rejected("list.pt", saving([torch.zeros(1), torch.ones(1)]),
@@ -188,6 +239,7 @@ def main():
     checks.cpp_to_python()
     checks.python_to_cpp()
     checks.random_round_trip()
+    checks.unrecorded_crcs()
     checks.errors()
     checks.check_rejected()
     if checks.failures:

@@ -31,7 +31,8 @@ void save_state_dict(const torch::nn::Module& module, const std::filesystem::pat
 
 /// Reads a state_dict file written by Python's `torch.save` (zip format, pickle protocol 2: the
 /// defaults) or by save_state_dict. Throws CheckpointError naming the file when it is missing,
-/// truncated, a TorchScript archive, in the legacy format, or not a dict of str -> tensor.
+/// truncated, damaged (a record's bytes do not match its zip CRC-32), a TorchScript archive, in
+/// the legacy format, or not a dict of str -> tensor.
 NamedTensors read_state_dict(const std::filesystem::path& path);
 
 /// Copies the state_dict in `path` into `module`'s parameters and buffers, as Python's
