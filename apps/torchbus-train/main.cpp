@@ -1093,6 +1093,12 @@ int run(Flags flags) {
   log->info("data: {}", data.description);
   log->info("device: {} ({})", device.device.str(), device.how);
   log->info("memory: {}", allocator);
+  if (flags.channels_last && !uses_cnn(flags, data)) {
+    // Accepted (it is in the identity of runs that gave it), but said: it changes nothing here.
+    log->warn(
+        "--channels-last changes nothing for the MLP, which has no image layers; it lays out "
+        "the CNN's (--model cnn)");
+  }
   if (const auto reclaimed = train::reclaimed_stop_signals(); !reclaimed.empty()) {
     log->info("stop signals: {} taken back from a library loaded with LibTorch", reclaimed);
   }

@@ -238,6 +238,18 @@ BOOST_AUTO_TEST_CASE(hidden_widths_with_the_cnn_are_a_usage_error) {
   BOOST_TEST(options["channels_last"] == false, options.dump());
 }
 
+// --channels-last lays out the CNN's tensors: with the MLP it trains, and says it changes nothing.
+BOOST_AUTO_TEST_CASE(channels_last_with_the_mlp_is_said_to_change_nothing) {
+  const auto out = scratch_path("bad_input_test", "channels_last_mlp");
+  const auto result = run_briefly(
+      "--channels-last --epochs 1 --limit-train-batches 2 --limit-val-batches 1 "
+      "--no-progress --out " +
+      out.string());
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(has(result.output, "--channels-last changes nothing for the MLP"), result.output);
+  BOOST_TEST(has(read_text(out / "train.log"), "--channels-last changes nothing for the MLP"));
+}
+
 BOOST_AUTO_TEST_CASE(images_too_small_for_the_cnn_are_refused_naming_the_file) {
   const auto out = scratch_path("bad_input_test", "tiny_out");
   const auto tiny = make_idx_mnist("tiny", 20, 10, 3);
