@@ -395,6 +395,7 @@ void CsvLogger::on_epoch_start(State& state) {
 
 void CsvLogger::reconcile(const State& state) {
   reconciled_ = true;
+  flush_rows(Flush::kWritten);  // the file holds every row before it is read
   const fs::path& path = options_.path();
   const bool fresh = state.step == 0 && state.epoch == 0;
   Rewrite change;
@@ -414,7 +415,6 @@ void CsvLogger::reconcile(const State& state) {
     }
   }
   if (existing.drops_a_row || existing.partial_last_line) {
-    flush_rows(Flush::kWritten);
     out_.file->close();
     const auto dropped = rewrite(path, change, who(*this));
     reopen_for_appending();

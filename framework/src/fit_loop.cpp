@@ -227,10 +227,12 @@ void FitLoop::start_epoch(BatchSource& train) {
   train.start_epoch(counters_.epoch);
   const auto skipped = train.skip(resume_skip_);
   RngState::restore_cpu(rng_now);
-  // Rescaled for another number of ranks, the position may pass the end of a shorter epoch.
+  // Rescaled for another number of ranks, the position may pass the end of a shorter epoch: it
+  // ends there, and the batches since the run began count only those the epoch has.
   TORCHBUS_CHECK(skipped == resume_skip_ || resharded_from_ > 0, DataError,
                  "cannot resume at batch ", resume_skip_, " of epoch ", counters_.epoch,
                  ": the training data yields only ", skipped, " batches now");
+  counters_.global_batch -= resume_skip_ - skipped;
   counters_.batch_in_epoch = skipped;
   resume_skip_ = 0;
 }

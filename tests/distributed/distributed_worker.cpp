@@ -219,6 +219,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   };
   const auto prefix = out + "/rank" + std::to_string(rank);
   std::ofstream(prefix + ".txt") << "step=" << trainer.state().step << "\n"
+                                 << "global_batch=" << trainer.state().global_batch << "\n"
                                  << "collectives_per_step_min=" << per_step_min << "\n"
                                  << "collectives_per_step_max=" << per_step_max << "\n"
                                  << "started_in_backward_min=" << started_in_backward_min << "\n"

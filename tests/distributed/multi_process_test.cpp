@@ -474,9 +474,10 @@ BOOST_AUTO_TEST_CASE(
 
 // 96 samples at a global batch of 30: on 3 ranks of 10 an epoch is 4 steps (a last batch of 2 per
 // rank), on 1 rank of 15 accumulating 2 it is 3.5. A checkpoint of step 4, the last of epoch 0,
-// resumed on 1 rank places the epoch's continuation past its end. A checkpoint taken there, at the
-// resumed epoch's EpochStart, holds the 3 ranks' position, so that a resume from it on the 1 rank
-// rescales it alike and ends as the resume it was taken in.
+// resumed on 1 rank places the epoch's continuation past its end (batch 8 of 7): the epoch ends,
+// having counted 7 batches. A checkpoint taken there, at the resumed epoch's EpochStart, holds the
+// 3 ranks' position, so that a resume from it on the 1 rank rescales it alike and ends as the
+// resume it was taken in, and one on the 3 ranks ends as the run that wrote the first checkpoint.
 BOOST_AUTO_TEST_CASE(
     a_checkpoint_taken_before_a_resumed_epoch_continued_resumes_on_the_same_ranks) {
   TempDir first("distributed");
@@ -497,6 +498,8 @@ BOOST_AUTO_TEST_CASE(
   BOOST_REQUIRE_MESSAGE(launch.exit_codes == std::vector<int>{0},
                         read_text(resumed.path / "rank0.error"));
   BOOST_TEST(read_results(resumed.path / "rank0.txt").at("step") == "8");
+  // 4 batches of the 3 ranks, 3 more of epoch 0 here, 7 of epoch 1.
+  BOOST_TEST(read_results(resumed.path / "rank0.txt").at("global_batch") == "14");
   const auto position = read_checkpoint_position(at_epoch_start);
   BOOST_TEST(position.world_size == 3);
   BOOST_TEST(position.batch_in_epoch == 4);
@@ -510,8 +513,19 @@ BOOST_AUTO_TEST_CASE(
   BOOST_REQUIRE_MESSAGE(launch.exit_codes == std::vector<int>{0},
                         read_text(again.path / "rank0.error"));
   BOOST_TEST(read_results(again.path / "rank0.txt").at("step") == "8");
+  BOOST_TEST(read_results(again.path / "rank0.txt").at("global_batch") == "14");
   BOOST_TEST(all_equal(load_parameters(again.path / "rank0.params"),
                        load_parameters(resumed.path / "rank0.params")));
+
+  TempDir original_ranks("distributed");
+  launch = run_torchrun_style(
+      kWorker, {"out=" + original_ranks.path.string(), "batch=10", "resume=" + at_epoch_start}, 3,
+      free_port());
+  BOOST_REQUIRE_EQUAL(launch.exit_codes, (std::vector<int>{0, 0, 0}));
+  BOOST_TEST(read_results(original_ranks.path / "rank0.txt").at("global_batch") ==
+             read_results(first.path / "rank0.txt").at("global_batch"));
+  BOOST_TEST(all_equal(load_parameters(original_ranks.path / "rank0.params"),
+                       load_parameters(first.path / "rank0.params")));
 }
 
 // One rank's checkpoint resumes on two ranks of half the batch.
