@@ -11,6 +11,7 @@
 #include "zip_directory.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -65,47 +66,64 @@ std::size_t bytes_reached(const at::Tensor& tensor) {
   return static_cast<std::size_t>(last + 1) * tensor.element_size();
 }
 
-/// The archive's records as its central directory lists them, by the names PyTorchStreamReader
-/// gives them (without the archive's folder: "data.pkl", "data/0").
-std::map<std::string, detail::ZipEntry> records_of(const fs::path& path) {
-  std::vector<detail::ZipEntry> entries;
-  try {
-    entries = detail::read_zip_directory(path);
-  } catch (const DataError& error) {
-    throw file_error(path, detail::concat("a damaged zip archive: ", error.what()));
-  }
-  std::map<std::string, detail::ZipEntry> records;
-  for (auto& entry : entries) {
-    const auto folder_end = entry.name.find('/');
-    auto name = folder_end == std::string::npos ? entry.name : entry.name.substr(folder_end + 1);
-    records.emplace(std::move(name), std::move(entry));
-  }
-  return records;
+/// `text` in lower case (ASCII): miniz, LibTorch's zip reader, finds records case-insensitively.
+std::string lower_case(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
 }
 
-/// Throws when the `size` bytes at `data` that the reader gave for record `name` are not what the
-/// archive recorded: LibTorch's reader checks no CRC, so a damaged byte would load as a weight.
-void check_record(const fs::path& path, const std::map<std::string, detail::ZipEntry>& records,
-                  const std::string& name, const void* data, std::size_t size) {
-  const auto found = records.find(name);
-  if (found == records.end()) {
-    throw file_error(
-        path, detail::concat("record '", name, "' is not in the zip archive's central directory"));
+/// The archive's records as its central directory lists them, found as PyTorchStreamReader finds
+/// them: in the folder of the first record, case-insensitively.
+class ArchiveRecords {
+ public:
+  explicit ArchiveRecords(const fs::path& path) : path_(path) {
+    std::vector<detail::ZipEntry> entries;
+    try {
+      entries = detail::read_zip_directory(path);
+    } catch (const DataError& error) {
+      throw file_error(path, detail::concat("a damaged zip archive: ", error.what()));
+    }
+    if (!entries.empty()) folder_ = entries.front().name.substr(0, entries.front().name.find('/'));
+    for (auto& entry : entries) {
+      const auto key = lower_case(entry.name);
+      if (!by_name_.emplace(key, std::move(entry)).second) {
+        // Which of the two LibTorch's reader reads is not defined: neither can be checked.
+        throw file_error(path, detail::concat("the zip archive lists '", key,
+                                              "' twice (letter case aside): damaged or forged"));
+      }
+    }
   }
-  const auto& entry = found->second;
-  // torch.save with torch.serialization.set_crc32_options(False) records 0.
-  if (entry.crc32 == 0) return;
-  const auto crc = detail::zip_crc32(data, size);
-  if (size != entry.size || crc != entry.crc32) {
-    throw file_error(path, detail::concat("record '", entry.name, "' is damaged: its ", size,
-                                          " bytes have CRC-32 ", crc, ", the archive records ",
-                                          entry.size, " bytes of CRC-32 ", entry.crc32));
+
+  /// Throws when the `size` bytes at `data` that the reader gave for record `name` are not what
+  /// the archive recorded: LibTorch's reader checks no CRC, so a damaged byte would load as a
+  /// weight.
+  void check(const std::string& name, const void* data, std::size_t size) const {
+    const auto found = by_name_.find(lower_case(folder_ + '/' + name));
+    if (found == by_name_.end()) {
+      throw file_error(path_, detail::concat("record '", folder_, '/', name,
+                                             "' is not in the zip archive's central directory"));
+    }
+    const auto& entry = found->second;
+    // torch.save with torch.serialization.set_crc32_options(False) records 0.
+    if (entry.crc32 == 0) return;
+    const auto crc = detail::zip_crc32(data, size);
+    if (size != entry.size || crc != entry.crc32) {
+      throw file_error(path_, detail::concat("record '", entry.name, "' is damaged: its ", size,
+                                             " bytes have CRC-32 ", crc, ", the archive records ",
+                                             entry.size, " bytes of CRC-32 ", entry.crc32));
+    }
   }
-}
+
+ private:
+  fs::path path_;
+  std::string folder_;  // the first record's, as LibTorch's reader takes it
+  std::map<std::string, detail::ZipEntry> by_name_;  // by lower-case name
+};
 
 NamedTensors read_archive(const fs::path& path) {
   caffe2::serialize::PyTorchStreamReader reader(path.string());
-  const auto records = records_of(path);
+  const ArchiveRecords records(path);
   if (reader.hasRecord("constants.pkl")) {
     throw file_error(path,
                      "a TorchScript archive (torch.jit.save, torch::save of a module), not a "
@@ -115,7 +133,7 @@ NamedTensors read_archive(const fs::path& path) {
     throw file_error(path, "a zip archive without data.pkl: not written by torch.save");
   }
   const std::string data_pkl = record(reader, "data.pkl");
-  check_record(path, records, "data.pkl", data_pkl.data(), data_pkl.size());
+  records.check("data.pkl", data_pkl.data(), data_pkl.size());
   const std::string pickle = detail::unpicklable_state_dict(data_pkl);
   std::map<const void*, std::size_t> record_sizes;  // by the address of each record's memory
   std::size_t position = 0;
@@ -129,7 +147,7 @@ NamedTensors read_archive(const fs::path& path) {
       nullptr, nullptr,
       [&](const std::string& key) {
         auto [data, size] = reader.getRecord("data/" + key);
-        check_record(path, records, "data/" + key, data.get(), size);
+        records.check("data/" + key, data.get(), size);
         record_sizes[data.get()] = size;
         return std::move(data);
       },

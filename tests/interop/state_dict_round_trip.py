@@ -15,6 +15,7 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import torch
@@ -217,6 +218,22 @@ class Checks:
                            "Python's zipfile finds %s damaged" % info.filename)
 
         self.rejected("flipped.pt", flipped, ["record '", "/data/0' is damaged", "CRC-32"])
+
+        def listed_twice(path):
+            # A second record of the first tensor's name in other letter case: LibTorch's reader
+            # finds names case-insensitively, so which of the two it reads is not defined.
+            torch.save(good, path)
+            with zipfile.ZipFile(path) as archive:
+                entries = [(info.filename, archive.read(info)) for info in archive.infolist()]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+                with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+                    for name, data in entries:
+                        archive.writestr(name, data)
+                        if name.endswith("/data/0"):
+                            archive.writestr(name[: -len("data/0")] + "DATA/0", bytes(len(data)))
+
+        self.rejected("twice.pt", listed_twice, ["/data/0' twice (letter case aside)"])
         self.rejected("torchscript.pt", lambda path: torch.jit.save(torch.jit.script(network()), path),
                       ["TorchScript archive"])
         self.rejected("list.pt", saving([torch.zeros(1), torch.ones(1)]),
