@@ -414,6 +414,7 @@ void CsvLogger::reconcile(const State& state) {
       dropped_names.push_back(columns_[i]);
     }
   }
+  if (dropped_names.empty()) change.dropped_columns.clear();  // the rows are copied as they are
   if (existing.drops_a_row || existing.partial_last_line) {
     out_.file->close();
     const auto dropped = rewrite(path, change, who(*this));
