@@ -126,7 +126,6 @@ std::vector<ZipEntry> read_zip_directory(const std::filesystem::path& path) {
     TORCHBUS_CHECK(next <= bytes.size(), DataError, "entry ", i,
                    " of its central directory passes the directory's end");
     ZipEntry entry;
-    entry.method = little_endian<std::uint16_t>(bytes, at + 10);
     entry.crc32 = little_endian<std::uint32_t>(bytes, at + 16);
     entry.size = little_endian<std::uint32_t>(bytes, at + 24);
     entry.name = bytes.substr(at + kDirectoryEntrySize, name_length);

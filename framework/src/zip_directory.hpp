@@ -17,10 +17,9 @@ std::uint32_t zip_crc32(const void* data, std::size_t size);
 
 /// One record of a zip archive as its central directory lists it.
 struct ZipEntry {
-  std::string name;          ///< its path in the archive, e.g. "archive/data/0"
-  std::uint32_t crc32 = 0;   ///< the CRC-32 of its uncompressed bytes (0: not recorded)
-  std::uint64_t size = 0;    ///< its uncompressed size in bytes
-  std::uint16_t method = 0;  ///< 0: stored (uncompressed), 8: deflated
+  std::string name;         ///< its path in the archive, e.g. "archive/data/0"
+  std::uint32_t crc32 = 0;  ///< the CRC-32 of its uncompressed bytes (0: not recorded)
+  std::uint64_t size = 0;   ///< its uncompressed size in bytes
 };
 
 /// The entries of the central directory of the zip archive `path`; throws DataError naming what
