@@ -2,11 +2,17 @@
 
 #include <torchbus/error.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 namespace train {
@@ -72,6 +78,11 @@ std::uintmax_t regular_file_size(const std::filesystem::path& path, const std::s
   return size;
 }
 
+/// ": " and the reason of the last failed call (errno), or nothing when it recorded none.
+std::string reason_of_errno() {
+  return errno != 0 ? concat(": ", std::strerror(errno)) : std::string();
+}
+
 std::uint32_t read_big_endian(std::istream& in) {
   unsigned char bytes[4] = {0, 0, 0, 0};
   in.read(reinterpret_cast<char*>(bytes), 4);
@@ -85,9 +96,11 @@ std::uint32_t read_big_endian(std::istream& in) {
 at::Tensor read_idx(const std::filesystem::path& path, std::uint32_t dimensions, const char* kind) {
   const auto file_size = regular_file_size(
       path, "MNIST", concat("the ", kind, " file of the standard IDX set in that directory"));
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  TORCHBUS_CHECK(in.good(), DataError, "MNIST: cannot open '", path.string(), "' (expected the ",
-                 kind, " file of the standard IDX set in that directory)");
+  TORCHBUS_CHECK(in.good(), DataError, "MNIST: cannot open '", path.string(), "'",
+                 reason_of_errno(), " (expected the ", kind,
+                 " file of the standard IDX set in that directory)");
   const std::uint32_t expected_magic = 0x800 + dimensions;
   const auto magic = read_big_endian(in);
   TORCHBUS_CHECK(in.good(), DataError, "MNIST: ", path.string(),
@@ -145,9 +158,15 @@ std::pair<at::Tensor, at::Tensor> read_idx_split(const std::filesystem::path& im
 
 Dataset mnist_dataset(const std::string& directory) {
   const std::filesystem::path root(directory);
-  TORCHBUS_CHECK(std::filesystem::is_directory(root), DataError, "MNIST: '", directory,
-                 "' is not a directory (expected one holding train-images-idx3-ubyte, "
-                 "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte)");
+  constexpr auto kExpected =
+      "a directory holding train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+      "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte";
+  std::error_code error;  // a loop of links, a name too long, a folder that may not be searched
+  const auto is_directory = std::filesystem::is_directory(root, error);
+  TORCHBUS_CHECK(!error, DataError, "MNIST: cannot open '", directory, "': ", error.message(),
+                 " (expected ", kExpected, ")");
+  TORCHBUS_CHECK(is_directory, DataError, "MNIST: '", directory, "' is not a directory (expected ",
+                 kExpected, ")");
   const auto train_images = root / "train-images-idx3-ubyte";
   Dataset dataset;
   std::tie(dataset.train_inputs, dataset.train_targets) =
@@ -201,58 +220,101 @@ std::string excerpt(const std::string& text, std::size_t length = 40) {
 /// Larger labels would give an output layer of more than a million classes.
 constexpr double kMaxLabel = 1'000'000;
 
-/// Features are float32: a larger magnitude would be infinite.
-constexpr double kMaxFeature = std::numeric_limits<float>::max();
+/// Features are float32: a magnitude from here on rounds to infinity (halfway between float32's
+/// largest, 3.4028235e38, and 2^128), one below it to a finite float.
+constexpr double kFeatureLimit = 0x1.ffffffp+127;
+
+/// Reads the trimmed cell `text` as a decimal number, as strtod does but without its hexadecimal
+/// form ("0x10"): false when it is not one. A magnitude beyond double's reads as an infinity, one
+/// below double's smallest as the nearest double (0 or a subnormal), as Python's float() does.
+bool read_number(const std::string& text, double& value) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return false;
+  const auto digits = text.find_first_not_of("+-");
+  if (digits != std::string::npos && text.size() > digits + 1 && text[digits] == '0' &&
+      (text[digits + 1] == 'x' || text[digits + 1] == 'X')) {
+    return false;
+  }
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+
+/// What `labels` (class indices) leave for the log to warn about: classes without a sample below
+/// the largest label (the model gets an output for each), or a single class.
+std::vector<std::string> label_warnings(const std::string& path,
+                                        const std::vector<std::int64_t>& labels,
+                                        std::int64_t classes) {
+  std::vector<bool> seen(static_cast<std::size_t>(classes), false);
+  for (const auto label : labels) seen[static_cast<std::size_t>(label)] = true;
+  const auto present = std::count(seen.begin(), seen.end(), true);
+  if (present == 1) {
+    return {concat("CSV ", path, ": every label is ", classes - 1,
+                   ": the model learns a single class")};
+  }
+  if (present < classes) {
+    return {concat("CSV ", path, ": the labels run up to ", classes - 1, ", so the model has ",
+                   classes, " outputs, but only ", present,
+                   " of these classes occur (labels are class indices from 0)")};
+  }
+  return {};
+}
 
 Dataset csv_dataset(const std::string& path, const std::string& label) {
   regular_file_size(path, "CSV", "a CSV file");
+  errno = 0;
   std::ifstream in(path);
-  TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'");
+  TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'", reason_of_errno());
+  std::int64_t row = 0;  // 1-based number of the line read last
   std::string line;
-  TORCHBUS_CHECK(static_cast<bool>(std::getline(in, line)), DataError, "CSV: '", path,
-                 "' is empty; expected a header row");
+  // Reads the next line; false at the end of the file, a DataError when reading fails.
+  const auto read_line = [&] {
+    errno = 0;
+    const bool read = static_cast<bool>(std::getline(in, line));
+    TORCHBUS_CHECK(!in.bad(), DataError, "CSV: reading '", path, "' failed after line ", row,
+                   reason_of_errno());
+    row += read ? 1 : 0;
+    return read;
+  };
+  // The header is the first line that is not blank.
+  bool has_header = read_line();
   // A UTF-8 byte order mark (as spreadsheets write one) is not part of the first name.
   constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
   if (line.compare(0, kByteOrderMark.size(), kByteOrderMark) == 0) {
     line.erase(0, kByteOrderMark.size());
   }
+  while (has_header && trim(line).empty()) has_header = read_line();
+  TORCHBUS_CHECK(has_header, DataError, "CSV: '", path, "' is empty; expected a header row");
   auto header = split_csv_line(line);
-  for (auto& name : header) name = trim(name);
-  std::size_t label_column = header.size();
+  std::unordered_map<std::string, std::size_t> column_of_name;
   for (std::size_t i = 0; i < header.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      TORCHBUS_CHECK(header[j] != header[i], DataError, "CSV: '", path, "' names column ", j + 1,
-                     " and column ", i + 1, " '", excerpt(header[i]),
-                     "'; expected a different name for every column");
-    }
-    if (header[i] == label) label_column = i;
+    header[i] = trim(header[i]);
+    TORCHBUS_CHECK(!header[i].empty(), DataError, "CSV: '", path, "' column ", i + 1,
+                   " has no name; expected a name for every column (pandas' to_csv writes its "
+                   "index as such a column unless given index=False)");
+    const auto [first, added] = column_of_name.emplace(header[i], i);
+    TORCHBUS_CHECK(added, DataError, "CSV: '", path, "' names column ", first->second + 1,
+                   " and column ", i + 1, " '", excerpt(header[i]),
+                   "'; expected a different name for every column");
   }
-  TORCHBUS_CHECK(label_column < header.size(), DataError, "CSV: '", path, "' has no column '",
-                 label,
+  const auto label_entry = column_of_name.find(label);
+  TORCHBUS_CHECK(label_entry != column_of_name.end(), DataError, "CSV: '", path,
+                 "' has no column '", label,
                  "'; its columns are: ", excerpt(torchbus::detail::join_or_none(header), 200));
+  const auto label_column = label_entry->second;
   TORCHBUS_CHECK(header.size() >= 2, DataError, "CSV: '", path,
                  "' needs at least one feature column besides the label");
   std::vector<float> features;
   std::vector<std::int64_t> labels;
-  std::int64_t row = 1;  // 1-based line number of the header
-  while (std::getline(in, line)) {
-    ++row;
+  while (read_line()) {
     if (trim(line).empty()) continue;
     const auto cells = split_csv_line(line);
     TORCHBUS_CHECK(cells.size() == header.size(), DataError, "CSV: ", path, " row ", row, " has ",
                    cells.size(), " cells; expected ", header.size(), " as in the header");
     for (std::size_t column = 0; column < cells.size(); ++column) {
       const auto text = trim(cells[column]);
-      std::size_t used = 0;
       double value = 0.0;
-      try {
-        value = std::stod(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      TORCHBUS_CHECK(!text.empty() && used == text.size(), DataError, "CSV: ", path, " row ", row,
-                     " column '", excerpt(header[column]), "': '", excerpt(text),
-                     "' is not a number");
+      TORCHBUS_CHECK(read_number(text, value), DataError, "CSV: ", path, " row ", row, " column '",
+                     excerpt(header[column]), "': '", excerpt(text), "' is not a number");
       if (column == label_column) {
         TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
                            value == static_cast<double>(static_cast<std::int64_t>(value)),
@@ -261,10 +323,9 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
                        kMaxLabel - 1, ")");
         labels.push_back(static_cast<std::int64_t>(value));
       } else {
-        TORCHBUS_CHECK(std::isfinite(value) && std::abs(value) <= kMaxFeature, DataError,
-                       "CSV: ", path, " row ", row, " column '", excerpt(header[column]), "': '",
-                       excerpt(text), "' is not a finite float32 number (magnitude at most ",
-                       kMaxFeature, ")");
+        TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
+                       " column '", excerpt(header[column]), "': '", excerpt(text),
+                       "' is not a finite float32 number (magnitude at most 3.4028235e38)");
         features.push_back(static_cast<float>(value));
       }
     }
@@ -281,9 +342,10 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
   dataset.train_targets = targets.slice(0, 0, rows - validation);
   dataset.validation_inputs = inputs.slice(0, rows - validation);
   dataset.validation_targets = targets.slice(0, rows - validation);
-  dataset.classes = targets.max().item<std::int64_t>() + 1;
+  dataset.classes = *std::max_element(labels.begin(), labels.end()) + 1;
   dataset.description = concat("CSV ", path, ": ", rows, " rows, ", columns, " features, label '",
                                label, "', ", dataset.classes, " classes");
+  dataset.warnings = label_warnings(path, labels, dataset.classes);
   return dataset;
 }
 
@@ -300,6 +362,9 @@ Dataset load_dataset(const std::string& spec, std::uint64_t seed) {
     TORCHBUS_CHECK(!rest.empty(), ConfigError, "--data csv needs a file: csv:FILE[:LABEL]");
     const auto label_colon = rest.rfind(':');
     if (label_colon == std::string::npos) return csv_dataset(rest, "label");
+    TORCHBUS_CHECK(label_colon + 1 < rest.size(), ConfigError, "--data '", spec,
+                   "' names no label column after its last ':'; expected csv:FILE:LABEL, or "
+                   "csv:FILE for the column 'label'");
     return csv_dataset(rest.substr(0, label_colon), rest.substr(label_colon + 1));
   }
   throw ConfigError(concat("--data '", spec,

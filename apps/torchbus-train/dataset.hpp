@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace train {
 
@@ -17,6 +18,7 @@ struct Dataset {
   bool images = false;                               ///< inputs are [N, 1, H, W] images
   std::string images_file;                           ///< the training images' file (MNIST)
   std::string description;                           ///< one line for the log
+  std::vector<std::string> warnings;                 ///< what the log should warn about
 };
 
 /// Loads `spec`: "synthetic", "mnist:DIR" or "csv:FILE[:LABEL]". A malformed spec throws
@@ -33,7 +35,8 @@ Dataset synthetic_dataset(std::int64_t train_size, std::int64_t validation_size,
 Dataset mnist_dataset(const std::string& directory);
 
 /// A CSV file with a header row, numeric cells and an integer class column `label`; the last
-/// fifth of the rows is the validation split.
+/// fifth of the rows is the validation split. Labels that leave classes without a sample, or
+/// name one class only, are warnings.
 Dataset csv_dataset(const std::string& path, const std::string& label);
 
 }  // namespace train

@@ -1091,6 +1091,7 @@ int run(Flags flags) {
   trainer.set_process_group(group);  // the log lines of a world of several name their rank
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
+  for (const auto& warning : data.warnings) log->warn("data: {}", warning);
   log->info("device: {} ({})", device.device.str(), device.how);
   log->info("memory: {}", allocator);
   if (flags.channels_last && !uses_cnn(flags, data)) {

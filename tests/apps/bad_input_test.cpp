@@ -339,4 +339,98 @@ BOOST_AUTO_TEST_CASE(non_finite_csv_features_are_refused_naming_the_row_and_colu
   }
 }
 
+// Cells read as Python's float() reads them, hexadecimal aside: float32's largest as numpy
+// writes it and magnitudes below double's smallest (read as 0 or a subnormal) are features;
+// magnitudes beyond float32's or double's are named as such, not as "not a number".
+BOOST_AUTO_TEST_CASE(csv_cells_at_the_ends_of_the_float_range_are_read_as_python_reads_them) {
+  const auto out = scratch_path("bad_input_test", "range_out");
+  const auto csv =
+      make_csv_file("range", "x,y,label\n3.4028235e38,1e-310,0\n-3.4028235e38,1e-400,1\n1,2,0\n");
+  const auto read = run_briefly("--data csv:" + csv.string() +
+                                " --epochs 1 --no-progress --overwrite --out " + out.string());
+  BOOST_TEST(read.status == 0, read.output);
+  const auto refused = scratch_path("bad_input_test", "wide_out");
+  for (const auto* cell : {"1e999", "-3.40282357e38"}) {
+    const auto wide =
+        make_csv_file("wide_cell", std::string("x,label\n1,0\n") + cell + ",1\n5,0\n");
+    expect_data_error("--data csv:" + wide.string(), refused,
+                      {std::string("row 3 column 'x': '") + cell + "'",
+                       "not a finite float32 number (magnitude at most 3.4028235e38)"});
+  }
+  const auto label = make_csv_file("wide_label", "x,label\n1,0\n2,1e400\n5,0\n");
+  expect_data_error("--data csv:" + label.string(), refused,
+                    {"row 3 column 'label': label '1e400' is not a class index"});
+  const auto hex = make_csv_file("hex", "x,label\n1,0\n-0x10,1\n5,0\n");
+  expect_data_error("--data csv:" + hex.string(), refused,
+                    {"row 3 column 'x': '-0x10' is not a number"});
+}
+
+// Every column is named once: an unnamed one (pandas' index) is refused with the way out, and a
+// header of 200,000 columns is checked at once (each name against the ones before it took a
+// minute), its repeated name found.
+BOOST_AUTO_TEST_CASE(csv_column_names_are_checked_in_one_pass) {
+  const auto out = scratch_path("bad_input_test", "names_out");
+  const auto unnamed = make_csv_file("unnamed", ",x,label\n0,1,0\n1,2,1\n");
+  expect_data_error("--data csv:" + unnamed.string(), out,
+                    {unnamed.string() + "' column 1 has no name", "index=False"});
+  std::string header;
+  for (int i = 0; i < 200'000; ++i) header += "c" + std::to_string(i) + ",";
+  const auto repeated = make_csv_file("repeated", header + "label,c7\n");
+  expect_data_error("--data csv:" + repeated.string(), out,
+                    {"names column 8 and column 200002 'c7'"});
+  // A blank line before the header is skipped, as blank lines between rows are.
+  const auto blank = make_csv_file("blank_first", "\n \nx,label\n1,0\n2,1\n");
+  const auto read = run_briefly("--data csv:" + blank.string() +
+                                " --epochs 1 --no-progress --overwrite --out " + out.string());
+  BOOST_TEST(read.status == 0, read.output);
+}
+
+// `csv:FILE:` (a label spec left empty) is a usage error, not a run on an unnamed column.
+BOOST_AUTO_TEST_CASE(an_empty_csv_label_spec_is_a_usage_error) {
+  const auto out = scratch_path("bad_input_test", "label_spec_out");
+  const auto csv = make_csv_file("label_spec", "x,label\n1,0\n2,1\n");
+  const auto result = run_briefly("--data csv:" + csv.string() + ": --out " + out.string());
+  BOOST_TEST(result.status == 2, result.output);
+  BOOST_TEST(has(result.output, "names no label column after its last ':'"), result.output);
+  BOOST_TEST(!fs::exists(out));
+}
+
+// A path the file system cannot resolve, and a file whose reading fails, are data errors naming
+// the reason (not a filesystem_error, not "empty").
+BOOST_AUTO_TEST_CASE(unreadable_data_paths_are_refused_with_the_reason) {
+  const auto out = scratch_path("bad_input_test", "unreadable_out");
+  const auto loop = scratch("bad_input_test", "link_loop") / "loop";
+  fs::remove(loop);
+  fs::create_symlink(loop.filename(), loop);
+  expect_data_error(
+      "--data mnist:" + loop.string(), out,
+      {"MNIST: cannot open '" + loop.string() + "': Too many levels of symbolic links",
+       "expected a directory holding train-images-idx3-ubyte"});
+  // /proc/self/mem is a regular file whose first page cannot be read (EIO).
+  expect_data_error("--data csv:/proc/self/mem", out,
+                    {"reading '/proc/self/mem' failed after line 0: Input/output error"});
+}
+
+// Labels are class indices: ones that leave classes without a sample, or a single class, train,
+// and the log warns.
+BOOST_AUTO_TEST_CASE(sparse_or_single_csv_labels_are_warned_about) {
+  const auto out = scratch_path("bad_input_test", "labels_out");
+  const auto train = [&](const fs::path& csv) {
+    const auto result = run_briefly("--data csv:" + csv.string() +
+                                    " --epochs 1 --no-progress --overwrite --out " + out.string());
+    BOOST_TEST(result.status == 0, result.output);
+    return result.output;
+  };
+  const auto sparse = make_csv_file("sparse", "x,label\n1,999\n2,0\n3,999\n4,0\n");
+  const auto sparse_log = train(sparse);
+  BOOST_TEST(has(sparse_log, "[warning] data: CSV " + sparse.string() +
+                                 ": the labels run up to 999, so the model has 1000 outputs, "
+                                 "but only 2 of these classes occur"),
+             sparse_log);
+  const auto single_log = train(make_csv_file("single", "x,label\n1,0\n2,0\n3,0\n"));
+  BOOST_TEST(has(single_log, "every label is 0: the model learns a single class"), single_log);
+  const auto dense_log = train(make_csv_file("dense", "x,label\n1,1\n2,0\n3,1\n"));
+  BOOST_TEST(!has(dense_log, "[warning] data:"), dense_log);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

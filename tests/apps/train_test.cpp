@@ -446,7 +446,8 @@ BOOST_AUTO_TEST_CASE(failed_runs_exit_1_with_the_reason_and_no_summary) {
     BOOST_TEST(!has(result.output, "terminate called"));
     BOOST_TEST(!fs::exists(out / "summary.json"));
   };
-  expect_failure("--data mnist:/no/such/dir", "'/no/such/dir' is not a directory");
+  expect_failure("--data mnist:/no/such/dir",
+                 "cannot open '/no/such/dir': No such file or directory (expected a directory");
   const auto bad_magic = make_mnist("bad_magic", 1234);
   expect_failure("--data mnist:" + bad_magic.string(), "has IDX magic number 1234; expected 2051");
   const auto no_label = make_csv("no_label", "a,b,c", "1,2,3\n4,5,6\n");
