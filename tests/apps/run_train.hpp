@@ -56,4 +56,15 @@ inline bool wait_until_written(const std::filesystem::path& path, const std::str
   return true;
 }
 
+/// Waits, a minute at most, until `path` exists (a symbolic link counts, whatever it names);
+/// false when it did not.
+inline bool wait_until_exists(const std::filesystem::path& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!std::filesystem::exists(std::filesystem::symlink_status(path))) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 }  // namespace torchbus::testing

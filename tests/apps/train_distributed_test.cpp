@@ -38,6 +38,7 @@ using torchbus::testing::kTrain;
 using torchbus::testing::lacks;
 using torchbus::testing::read_text;
 using torchbus::testing::TempDir;
+using torchbus::testing::wait_until_exists;
 using torchbus::testing::wait_until_written;
 
 namespace {
@@ -410,7 +411,9 @@ BOOST_AUTO_TEST_CASE(a_run_killed_on_two_ranks_resumes_on_one_with_the_same_glob
   BOOST_TEST_REQUIRE(whole.wait(1).status == 0, read_text(whole.log(1)));
 
   const TorchrunPair killed(with(out, {"--batch-size", "32"}), work.path / "killed_logs");
-  const bool under_way = wait_until_written(out / "train.log", "step 30 ");
+  // Step 30, and a checkpoint (written in the background: on a loaded machine, later).
+  const bool under_way = wait_until_written(out / "train.log", "step 30 ") &&
+                         wait_until_exists(out / "checkpoints" / "last.tbckpt");
   for (const pid_t pid : killed.pids) kill(pid, SIGKILL);
   for (int rank = 0; rank < 2; ++rank) killed.wait(rank);
   BOOST_TEST_REQUIRE(under_way, read_text(killed.log(0)));
@@ -452,7 +455,8 @@ BOOST_AUTO_TEST_CASE(a_run_killed_in_one_process_resumes_on_two_ranks_with_the_s
   const auto log = work.path / "killed.log";
   const pid_t pid =
       torchbus::testing::spawn(train_command(with(out, {"--batch-size", "64"})), {}, log);
-  const bool under_way = wait_until_written(out / "train.log", "step 30 ");
+  const bool under_way = wait_until_written(out / "train.log", "step 30 ") &&
+                         wait_until_exists(out / "checkpoints" / "last.tbckpt");
   kill(pid, SIGKILL);
   const auto killed = wait_for(pid, log);
   BOOST_TEST_REQUIRE(under_way, killed.output);
