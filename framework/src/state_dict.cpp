@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace torchbus {
 namespace {
@@ -56,14 +57,27 @@ NamedTensors named_tensors(const c10::IValue& value) {
   return tensors;
 }
 
-// The bytes of its storage `tensor` reaches: up to its last element (0 when it has none).
-std::size_t bytes_reached(const at::Tensor& tensor) {
+// The bytes of its storage `tensor` reaches: up to its last element (0 when it has none); none
+// when its offset or a stride is negative, or the reach overflows (a damaged or forged file).
+std::optional<std::uint64_t> bytes_reached(const at::Tensor& tensor) {
   if (tensor.numel() == 0) return 0;
-  std::int64_t last = tensor.storage_offset();
+  std::uint64_t last = 0;
+  if (tensor.storage_offset() < 0) return std::nullopt;
+  last = static_cast<std::uint64_t>(tensor.storage_offset());
   for (std::int64_t dim = 0; dim < tensor.dim(); ++dim) {
-    last += (tensor.size(dim) - 1) * tensor.stride(dim);
+    if (tensor.stride(dim) < 0) return std::nullopt;
+    std::uint64_t step = 0;  // sizes are >= 1 here: the tensor has elements
+    if (__builtin_mul_overflow(static_cast<std::uint64_t>(tensor.size(dim) - 1),
+                               static_cast<std::uint64_t>(tensor.stride(dim)), &step) ||
+        __builtin_add_overflow(last, step, &last)) {
+      return std::nullopt;
+    }
   }
-  return static_cast<std::size_t>(last + 1) * tensor.element_size();
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(last + 1, static_cast<std::uint64_t>(tensor.element_size()), &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
 }
 
 /// `text` in lower case (ASCII): miniz, LibTorch's zip reader, finds records case-insensitively.
@@ -153,14 +167,27 @@ NamedTensors read_archive(const fs::path& path) {
       },
       c10::Device(c10::kCPU));
   auto tensors = named_tensors(unpickler.parse_ivalue());
-  // The unpickler trusts the sizes the pickle gives: a damaged or forged file could make a tensor
-  // reach past the memory of its record.
+  // The unpickler trusts the sizes the pickle gives: a damaged or forged file could make a
+  // storage claim more bytes than its record holds, or a tensor reach past its storage.
   for (const auto& [name, tensor] : tensors) {
     const auto found = record_sizes.find(tensor.storage().data());
     const std::size_t available = found == record_sizes.end() ? 0 : found->second;
-    if (bytes_reached(tensor) > available) {
-      throw file_error(path, detail::concat("'", name, "' reaches ", bytes_reached(tensor),
-                                            " bytes into its data record, which holds ", available,
+    const std::size_t claimed = tensor.storage().nbytes();
+    if (claimed > available) {
+      throw file_error(path, detail::concat("'", name, "' has a storage of ", claimed,
+                                            " bytes, but its data record holds ", available,
+                                            " (the file is damaged or forged)"));
+    }
+    const auto reached = bytes_reached(tensor);
+    if (!reached) {
+      throw file_error(path, detail::concat("'", name,
+                                            "' has a negative storage offset or "
+                                            "stride, or a reach beyond 2^64 bytes (the file is "
+                                            "damaged or forged)"));
+    }
+    if (*reached > claimed) {
+      throw file_error(path, detail::concat("'", name, "' reaches ", *reached,
+                                            " bytes into its storage, which holds ", claimed,
                                             " (the file is damaged or forged)"));
     }
   }
@@ -243,10 +270,16 @@ NamedTensors read_state_dict(const fs::path& path) {
     return read_archive(path);
   } catch (const DataError& error) {
     throw file_error(path, detail::concat("not a state_dict: ", error.what()));
+  } catch (const Error&) {
+    throw;  // names the file already
   } catch (const c10::Error& error) {
     throw file_error(path,
                      detail::concat("cannot be read as a state_dict (truncated or corrupt?): ",
                                     detail::first_line(error)));
+  } catch (const std::exception& error) {
+    // LibTorch's unpickler also throws std::runtime_error (a key it cannot hash) and others.
+    throw file_error(path, detail::concat("cannot be read as a state_dict (damaged or forged?): ",
+                                          detail::first_line(error)));
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <torchbus/error.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -47,6 +48,11 @@ enum Opcode : unsigned char {
 };
 
 constexpr const char* kOrderedDict = "collections\nOrderedDict\n";
+
+/// Deeper nesting is refused: a state_dict nests a few levels, and LibTorch's unpickler (and the
+/// destruction of what it built) recurse once per level, so a forged pickle of a million nested
+/// tuples would overflow the stack.
+constexpr int kMaxDepth = 64;
 
 std::uint32_t little_endian(const std::string& bytes, std::size_t at, std::size_t size) {
   std::uint32_t value = 0;
@@ -164,10 +170,25 @@ std::size_t decode(const std::string& pickle, std::size_t at, StackEffect& effec
 std::string unpicklable_state_dict(const std::string& pickle) {
   std::string out;
   out.reserve(pickle.size() + 64);
-  // Where each item of the unpickler's stack starts in `out`, and the open marks (stack size,
-  // where the mark is in `out`).
-  std::vector<std::size_t> item_starts;
-  std::vector<std::pair<std::size_t, std::size_t>> marks;
+  // The unpickler's stack: where each item starts in `out`, how deeply it nests (0: a scalar),
+  // and the memo slots it was stored in. LibTorch's unpickler trusts the pickle, so what it would
+  // read wrongly (an item below the topmost mark, a memo slot never set, a dict of an odd number
+  // of items) or recurse into without end (deep nesting) is refused here, as is what torch.save
+  // never writes and a forged file could use to build a cycle (an object read back from the memo
+  // while it is still being built, or changed after it was read back).
+  struct Item {
+    std::size_t start = 0;
+    int depth = 0;
+    bool from_memo = false;
+    std::vector<std::uint32_t> slots;
+  };
+  std::vector<Item> items;
+  std::vector<std::pair<std::size_t, std::size_t>> marks;  // (stack size, where in `out`)
+  struct Slot {
+    int depth = 0;
+    bool on_stack = true;  // its item is still being built
+  };
+  std::vector<Slot> memo;                     // slots 0, 1, ... as torch.save numbers them
   std::set<std::uint32_t> ordered_dict_memo;  // memo slots holding collections.OrderedDict
   // 0: nothing pending; 1: OrderedDict is the callable on top; 2: its empty argument follows.
   int pending = 0;
@@ -185,23 +206,75 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     // Stack bookkeeping on the input's semantics; the start of a pushed item is the start of the
     // first item it takes (or of its mark), else where its instruction is written.
     std::size_t item_start = start;
-    if (effect.sets_mark) marks.emplace_back(item_starts.size(), start);
+    int taken_depth = -1;  // the deepest item taken
+    const auto take = [&](std::size_t from) {
+      for (auto i = from; i < items.size(); ++i) {
+        taken_depth = std::max(taken_depth, items[i].depth);
+        for (const auto slot : items[i].slots) memo[slot].on_stack = false;
+      }
+      items.resize(from);
+    };
+    if (effect.sets_mark) marks.emplace_back(items.size(), start);
     if (effect.to_mark) {
       TORCHBUS_CHECK(!marks.empty(), DataError, "the pickle closes a mark it never opened");
-      item_starts.resize(marks.back().first);
-      item_start = marks.back().second;
+      const auto [level, mark_start] = marks.back();
       marks.pop_back();
+      TORCHBUS_CHECK((opcode != kDict && opcode != kSetItems) || (items.size() - level) % 2 == 0,
+                     DataError, "the pickle makes a dict of an odd number of items at byte ", at);
+      TORCHBUS_CHECK(effect.pushes > 0 || level > (marks.empty() ? 0 : marks.back().first),
+                     DataError, "the pickle adds items to nothing at byte ", at);
+      take(level);
+      item_start = mark_start;
     }
-    TORCHBUS_CHECK(item_starts.size() >= static_cast<std::size_t>(effect.pops), DataError,
-                   "the pickle takes more items than it pushed at byte ", at);
+    const std::size_t floor = marks.empty() ? 0 : marks.back().first;  // items below the mark
+    const bool changes_below = opcode == kSetItem || opcode == kAppends || opcode == kSetItems;
+    const std::size_t needed = effect.pops + (opcode == kSetItem || memo_put ? 1 : 0);
+    TORCHBUS_CHECK(items.size() >= floor + needed, DataError,
+                   "the pickle takes more items than it pushed since its last mark at byte ", at);
+    // The object the instruction changes, counted from the top of the stack (0: none).
+    const std::size_t changed = opcode == kSetItem ? 3
+                                : opcode == kBuild ? 2
+                                : changes_below    ? 1
+                                                   : 0;
+    TORCHBUS_CHECK(changed == 0 || !items[items.size() - changed].from_memo, DataError,
+                   "the pickle changes an object it read back from the memo at byte ", at);
+    // BUILD pushes the object it takes, changed: it keeps its memo slots.
+    auto built_slots =
+        opcode == kBuild ? items[items.size() - changed].slots : std::vector<std::uint32_t>{};
     std::size_t last_taken_start = start;
     if (effect.pops > 0) {
-      item_start = item_starts[item_starts.size() - effect.pops];
-      last_taken_start = item_starts.back();
-      item_starts.resize(item_starts.size() - effect.pops);
+      item_start = items[items.size() - effect.pops].start;
+      last_taken_start = items.back().start;
+      take(items.size() - effect.pops);
     }
-    if (effect.pushes > 0) item_starts.push_back(item_start);
-
+    Item pushed{item_start, taken_depth + 1, false, std::move(built_slots)};
+    for (const auto slot : pushed.slots) memo[slot] = {pushed.depth, true};
+    if (memo_put) {
+      const auto slot = little_endian(pickle, at + 1, size - 1);
+      TORCHBUS_CHECK(slot <= memo.size(), DataError, "the pickle stores memo slot ", slot,
+                     " at byte ", at, " before slot ", memo.size());
+      if (slot == memo.size()) memo.emplace_back();
+      memo[slot] = {items.back().depth, true};
+      items.back().slots.push_back(slot);
+    }
+    if (memo_get) {
+      const auto slot = little_endian(pickle, at + 1, size - 1);
+      TORCHBUS_CHECK(slot < memo.size(), DataError, "the pickle reads memo slot ", slot,
+                     " at byte ", at, ", which it never stored");
+      TORCHBUS_CHECK(!memo[slot].on_stack, DataError, "the pickle reads memo slot ", slot,
+                     " at byte ", at, " while its object is still being built");
+      pushed = {item_start, memo[slot].depth, true, {}};
+    }
+    if (effect.pushes > 0) items.push_back(std::move(pushed));
+    if (changes_below) {
+      // What APPENDS, SETITEMS and SETITEM take goes into the item below (and its memo slots).
+      auto& target = items.back();
+      target.depth = std::max(target.depth, taken_depth + 1);
+      for (const auto slot : target.slots) memo[slot].depth = target.depth;
+    }
+    TORCHBUS_CHECK(items.empty() || items.back().depth <= kMaxDepth, DataError,
+                   "the pickle nests deeper than ", kMaxDepth, " levels at byte ", at,
+                   "; a state_dict nests a few");
     if (opcode == kProto) {
       const auto protocol = little_endian(pickle, at + 1, 1);
       TORCHBUS_CHECK(protocol <= 2, DataError, "the pickle has protocol ", protocol,
@@ -236,6 +309,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     }
     after_ordered_dict_global = ordered_dict_global;
     at += size;
+    if (opcode == kStop) break;  // what follows is not read
   }
   return out;
 }

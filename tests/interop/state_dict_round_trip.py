@@ -198,7 +198,7 @@ class Checks:
                     archive.writestr(name, data[:4] if name.endswith("/data/0") else data)
 
         self.rejected("short_record.pt", short_record,
-                      ["'0.weight' reaches 48 bytes into its data record, which holds 4"])
+                      ["'0.weight' has a storage of 48 bytes, but its data record holds 4"])
         def flipped(path):
             # One bit of the first tensor's data flipped in place: the zip's CRC-32 no longer
             # matches, which Python's zipfile (an independent reader) finds too.
@@ -245,6 +245,82 @@ class Checks:
         self.rejected("protocol4.pt", saving(good, pickle_protocol=4), ["protocol 4"])
         self.rejected("absent.pt", lambda path: None, ["no such file"])
 
+    def forged(self):
+        """Pickles no torch.save writes, in zips whose CRC-32s match (found by fuzzing): each is
+        refused by name, where LibTorch's unpickler, which trusts the pickle, crashed, asked for
+        32 GiB, read past its stack or threw what was not a torchbus error."""
+
+        def archive(pickle, records=None):
+            def write(path):
+                with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zip_file:
+                    zip_file.writestr("archive/data.pkl", pickle)
+                    for key, data in (records or {"0": bytes(64), "1": bytes(64)}).items():
+                        zip_file.writestr("archive/data/" + key, data)
+                    zip_file.writestr("archive/version", b"3\n")
+            return write
+
+        def text(value):
+            data = value.encode()
+            return b"X" + struct.pack("<I", len(data)) + data
+
+        def number(value):
+            if 0 <= value < 256:
+                return b"K" + bytes([value])
+            if -2**31 <= value < 2**31:
+                return b"J" + struct.pack("<i", value)
+            return b"\x8a\x08" + value.to_bytes(8, "little", signed=True)  # LibTorch reads 8
+
+        def tuple_of(*items):
+            return b"(" + b"".join(items) + b"t"
+
+        def one_tensor(offset, size, stride, numel):
+            """{'w': a float tensor on record 0 of 40 bytes}, as torch.save pickles it."""
+            storage = tuple_of(text("storage"), b"ctorch\nFloatStorage\n", text("0"),
+                               text("cpu"), number(numel))
+            tensor = (b"ctorch._utils\n_rebuild_tensor_v2\n"
+                      + tuple_of(storage + b"Q", number(offset), tuple_of(number(size)),
+                                 tuple_of(number(stride)), b"\x89",
+                                 b"ccollections\nOrderedDict\n)R") + b"R")
+            return archive(b"\x80\x02ccollections\nOrderedDict\n)R(" + text("w") + tensor + b"u.",
+                           {"0": bytes(40)})
+
+        cases = [
+            # An instruction taking items from below the topmost mark (a segfault in LibTorch).
+            ("below_mark.pt", b"\x80\x02K\x01K\x02(\x86d.", "takes more items than it pushed"),
+            ("below_mark_build.pt", b"]X\x00\x00\x00\x00(btb", "takes more items than it pushed"),
+            # A memo slot read before it was stored; one stored at 2^31 - 1 (a 32 GiB memo).
+            ("memo_unset.pt", b"\x80\x02h\x00.", "reads memo slot 0 at byte 2, which it never"),
+            ("memo_huge.pt", b"\x80\x02}r\xff\xff\xff\x7f.", "stores memo slot 2147483647"),
+            # A dict read back into itself while it is built (a cycle, never freed).
+            ("memo_cycle.pt", b"\x80\x02}q\x00(X\x01\x00\x00\x00ah\x00u.",
+             "while its object is still being built"),
+            # A dict of an odd number of items (LibTorch reads past its stack).
+            ("odd_dict.pt", b"\x80\x02(X\x01\x00\x00\x00ad.", "a dict of an odd number of items"),
+            # A key LibTorch cannot hash (a std::runtime_error).
+            ("tuple_key.pt", b"\x80\x02(K\x01\x85K\x02d.", "Can't hash IValues"),
+            # A million nested tuples (a stack overflow when LibTorch frees them).
+            ("nested.pt", b"\x80\x02N" + b"\x85" * 10**6 + b".", "nests deeper than 64 levels"),
+        ]
+        for name, pickle, part in cases:
+            self.rejected(name, archive(pickle), [part])
+        # Tensors whose offset, stride or storage reach outside the record of 40 bytes (10
+        # floats): a negative offset (trained on 8 bytes before the record), a stride whose reach
+        # wraps around 2^64 (a segfault when copied), a storage of 2^60 floats (a segfault when
+        # saved again), a storage of 1 float viewed as 4 (Python's torch.load refuses it too).
+        self.rejected("negative_offset.pt", one_tensor(-2, 10, 1, 10), ["negative storage offset"])
+        self.rejected("wrapping_stride.pt", one_tensor(0, 10, 512409557603043101, 10),
+                      ["or a reach beyond 2^64 bytes"])
+        self.rejected("huge_storage.pt", one_tensor(0, 10, 1, 2**60),
+                      ["'w' has a storage of 4611686018427387904 bytes, but its data record "
+                       "holds 40"])
+        self.rejected("small_storage.pt", one_tensor(0, 4, 1, 1),
+                      ["'w' reaches 16 bytes into its storage, which holds 4"])
+        try:
+            torch.load(self.path("small_storage.pt"))
+            self.check(False, "Python's torch.load refuses small_storage.pt too")
+        except RuntimeError:
+            self.check(True, "Python's torch.load refuses small_storage.pt too")
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
@@ -258,6 +334,7 @@ def main():
     checks.random_round_trip()
     checks.unrecorded_crcs()
     checks.errors()
+    checks.forged()
     checks.check_rejected()
     if checks.failures:
         print("%d check(s) failed" % len(checks.failures))
