@@ -1021,7 +1021,8 @@ int run(Flags flags) {
   train::Dataset data;
   torch::nn::Sequential model{nullptr};
   std::string identity;
-  std::string split_identity;  // as runs before global_batch named it; they still resume
+  std::string split_identity;    // as runs before global_batch named it; they still resume
+  std::string init_from_sha256;  // of the --init-from file (empty: none)
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   train::TrainingDevice device;
   std::vector<std::shared_ptr<torchbus::Callback>> steering;  // built and checked before OUT
@@ -1043,7 +1044,6 @@ int run(Flags flags) {
     check_batch_limits(flags, planned);
     steering = configured_steering(flags, device.device, planned.train.batches_per_epoch());
     model = make_model(flags, data);
-    std::string init_from_sha256;
     if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
     if (flags.find_lr) {
       lr_found = find_lr(flags, data, model, world_size, device.device);
@@ -1092,6 +1092,9 @@ int run(Flags flags) {
   if (resuming) trainer.resume_from(resume_from);
   log->info("data: {}", data.description);
   for (const auto& warning : data.warnings) log->warn("data: {}", warning);
+  if (!resuming && !init_from_sha256.empty()) {
+    log->info("weights: from {} (SHA-256 {})", flags.init_from, init_from_sha256);
+  }
   log->info("device: {} ({})", device.device.str(), device.how);
   log->info("memory: {}", allocator);
   if (flags.channels_last && !uses_cnn(flags, data)) {

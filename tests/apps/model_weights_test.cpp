@@ -104,7 +104,14 @@ BOOST_AUTO_TEST_CASE(init_from_is_strict_and_part_of_the_identity) {
   result =
       run_train(kShortRun + "--hidden 16 --init-from " + weights + " --out " + started.string());
   BOOST_TEST_REQUIRE(result.status == 0, result.output);
-  BOOST_TEST(has(read_text(started / "identity.txt"), "init_from_sha256="));
+  const auto identity = read_text(started / "identity.txt");
+  const auto sha256_at = identity.find("init_from_sha256=");
+  BOOST_TEST_REQUIRE(sha256_at != std::string::npos, identity);
+  const auto sha256 = identity.substr(sha256_at + 17, 64);
+  // The log says where the weights came from.
+  BOOST_TEST(has(read_text(started / "train.log"),
+                 "weights: from " + weights + " (SHA-256 " + sha256 + ")"),
+             result.output);
   result =
       run_train(kShortRun + "--hidden 16 --resume --out " + started.string());  // without the file
   BOOST_TEST(result.status == 1, result.output);
