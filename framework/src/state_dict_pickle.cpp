@@ -38,7 +38,6 @@ enum Opcode : unsigned char {
   kBinPut = 'q',
   kLongBinPut = 'r',
   kProto = 0x80,
-  kNewObj = 0x81,
   kTuple1 = 0x85,
   kTuple2 = 0x86,
   kTuple3 = 0x87,
@@ -108,7 +107,6 @@ std::size_t decode(const std::string& pickle, std::size_t at, StackEffect& effec
       return 1;
     case kReduce:
     case kBuild:
-    case kNewObj:
     case kTuple2:
       effect = {2, 1};
       return 1;
@@ -172,10 +170,10 @@ std::string unpicklable_state_dict(const std::string& pickle) {
   out.reserve(pickle.size() + 64);
   // The unpickler's stack: where each item starts in `out`, how deeply it nests (0: a scalar),
   // and the memo slots it was stored in. LibTorch's unpickler trusts the pickle, so what it would
-  // read wrongly (an item below the topmost mark, a memo slot never set, a dict of an odd number
-  // of items) or recurse into without end (deep nesting) is refused here, as is what torch.save
-  // never writes and a forged file could use to build a cycle (an object read back from the memo
-  // while it is still being built, or changed after it was read back).
+  // read wrongly (an item below the topmost mark, a memo slot never set or set twice, a dict of
+  // an odd number of items, NEWOBJ, which it reads otherwise than Python) or recurse into without
+  // end (deep nesting) is refused here, as is what torch.save never writes and a forged file
+  // needs to build a cycle: an object changed after it was read back from the memo.
   struct Item {
     std::size_t start = 0;
     int depth = 0;
@@ -185,8 +183,10 @@ std::string unpicklable_state_dict(const std::string& pickle) {
   std::vector<Item> items;
   std::vector<std::pair<std::size_t, std::size_t>> marks;  // (stack size, where in `out`)
   struct Slot {
-    int depth = 0;
-    bool on_stack = true;  // its item is still being built
+    int depth = 0;               // final once the slot is read: its object changes no more
+    bool read = false;           // read back: its object may not change
+    std::size_t written_at = 0;  // where in `out` it was stored
+    bool dropped = false;        // stored inside the state of a BUILD, which is not written
   };
   std::vector<Slot> memo;                     // slots 0, 1, ... as torch.save numbers them
   std::set<std::uint32_t> ordered_dict_memo;  // memo slots holding collections.OrderedDict
@@ -208,10 +208,8 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     std::size_t item_start = start;
     int taken_depth = -1;  // the deepest item taken
     const auto take = [&](std::size_t from) {
-      for (auto i = from; i < items.size(); ++i) {
+      for (auto i = from; i < items.size(); ++i)
         taken_depth = std::max(taken_depth, items[i].depth);
-        for (const auto slot : items[i].slots) memo[slot].on_stack = false;
-      }
       items.resize(from);
     };
     if (effect.sets_mark) marks.emplace_back(items.size(), start);
@@ -236,8 +234,15 @@ std::string unpicklable_state_dict(const std::string& pickle) {
                                 : opcode == kBuild ? 2
                                 : changes_below    ? 1
                                                    : 0;
-    TORCHBUS_CHECK(changed == 0 || !items[items.size() - changed].from_memo, DataError,
-                   "the pickle changes an object it read back from the memo at byte ", at);
+    if (changed > 0) {
+      const auto& target = items[items.size() - changed];
+      const bool read_back =
+          target.from_memo || std::any_of(target.slots.begin(), target.slots.end(),
+                                          [&](std::uint32_t slot) { return memo[slot].read; });
+      TORCHBUS_CHECK(!read_back, DataError,
+                     "the pickle changes an object after reading it back from the memo at byte ",
+                     at);
+    }
     // BUILD pushes the object it takes, changed: it keeps its memo slots.
     auto built_slots =
         opcode == kBuild ? items[items.size() - changed].slots : std::vector<std::uint32_t>{};
@@ -248,21 +253,21 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       take(items.size() - effect.pops);
     }
     Item pushed{item_start, taken_depth + 1, false, std::move(built_slots)};
-    for (const auto slot : pushed.slots) memo[slot] = {pushed.depth, true};
+    for (const auto slot : pushed.slots) memo[slot].depth = pushed.depth;
     if (memo_put) {
       const auto slot = little_endian(pickle, at + 1, size - 1);
-      TORCHBUS_CHECK(slot <= memo.size(), DataError, "the pickle stores memo slot ", slot,
-                     " at byte ", at, " before slot ", memo.size());
-      if (slot == memo.size()) memo.emplace_back();
-      memo[slot] = {items.back().depth, true};
+      TORCHBUS_CHECK(slot == memo.size(), DataError, "the pickle stores memo slot ", slot,
+                     " at byte ", at, "; expected slot ", memo.size(), " (torch.save counts up)");
+      memo.push_back({items.back().depth, false, start, false});
       items.back().slots.push_back(slot);
     }
     if (memo_get) {
       const auto slot = little_endian(pickle, at + 1, size - 1);
       TORCHBUS_CHECK(slot < memo.size(), DataError, "the pickle reads memo slot ", slot,
                      " at byte ", at, ", which it never stored");
-      TORCHBUS_CHECK(!memo[slot].on_stack, DataError, "the pickle reads memo slot ", slot,
-                     " at byte ", at, " while its object is still being built");
+      TORCHBUS_CHECK(!memo[slot].dropped, DataError, "the pickle reads memo slot ", slot,
+                     " at byte ", at, ", stored inside the state of a BUILD (which is dropped)");
+      memo[slot].read = true;
       pushed = {item_start, memo[slot].depth, true, {}};
     }
     if (effect.pushes > 0) items.push_back(std::move(pushed));
@@ -303,6 +308,11 @@ std::string unpicklable_state_dict(const std::string& pickle) {
         // BUILD sets an OrderedDict's attributes (a state_dict's `_metadata`): the attributes
         // are dropped (LibTorch's unpickler builds only its own classes).
         out.erase(last_taken_start);
+        // The slots stored inside the state are the latest ones.
+        for (auto slot = memo.rbegin(); slot != memo.rend() && slot->written_at >= last_taken_start;
+             ++slot) {
+          slot->dropped = true;
+        }
       } else {
         out.append(pickle, at, size);
       }

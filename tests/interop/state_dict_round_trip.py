@@ -245,6 +245,18 @@ class Checks:
         self.rejected("protocol4.pt", saving(good, pickle_protocol=4), ["protocol 4"])
         self.rejected("absent.pt", lambda path: None, ["no such file"])
 
+    def shared_objects(self):
+        """Objects torch.save writes once and reads back from its memo load: one tensor under two
+        names (read back while the batch of items holding it is still open), and keys that are
+        the strings inside a tensor's pickle ('cpu', 'storage')."""
+        shared = torch.arange(3.0)
+        values = dict(patterned(5), a=shared, b=shared, cpu=torch.ones(2), storage=shared)
+        path = self.path("shared_objects.pt")
+        torch.save(values, path)
+        result = self.run_tool("load", "--lax", path)
+        self.check(result.returncode == 0 and result.stdout.strip() == path + ": ok",
+                   "a file of shared objects loads: " + result.stdout + result.stderr)
+
     def forged(self):
         """Pickles no torch.save writes, in zips whose CRC-32s match (found by fuzzing): each is
         refused by name, where LibTorch's unpickler, which trusts the pickle, crashed, asked for
@@ -288,12 +300,16 @@ class Checks:
             # An instruction taking items from below the topmost mark (a segfault in LibTorch).
             ("below_mark.pt", b"\x80\x02K\x01K\x02(\x86d.", "takes more items than it pushed"),
             ("below_mark_build.pt", b"]X\x00\x00\x00\x00(btb", "takes more items than it pushed"),
+            # NEWOBJ, which LibTorch reads otherwise than Python (a cycle, a segfault when deep).
+            ("newobj.pt", b"\x80\x02]q\x00)\x81(h\x00e.", "opcode 0x81"),
+            # A memo slot stored twice (inside a BUILD state that is dropped: a cycle).
+            ("memo_twice.pt", b"\x80\x02]q\x00(}q\x01]q\x00bh\x00e.", "stores memo slot 0"),
             # A memo slot read before it was stored; one stored at 2^31 - 1 (a 32 GiB memo).
             ("memo_unset.pt", b"\x80\x02h\x00.", "reads memo slot 0 at byte 2, which it never"),
             ("memo_huge.pt", b"\x80\x02}r\xff\xff\xff\x7f.", "stores memo slot 2147483647"),
-            # A dict read back into itself while it is built (a cycle, never freed).
+            # A dict read back into itself (a cycle, never freed).
             ("memo_cycle.pt", b"\x80\x02}q\x00(X\x01\x00\x00\x00ah\x00u.",
-             "while its object is still being built"),
+             "changes an object after reading it back from the memo"),
             # A dict of an odd number of items (LibTorch reads past its stack).
             ("odd_dict.pt", b"\x80\x02(X\x01\x00\x00\x00ad.", "a dict of an odd number of items"),
             # A key LibTorch cannot hash (a std::runtime_error).
@@ -334,6 +350,7 @@ def main():
     checks.random_round_trip()
     checks.unrecorded_crcs()
     checks.errors()
+    checks.shared_objects()
     checks.forged()
     checks.check_rejected()
     if checks.failures:
