@@ -169,15 +169,14 @@ std::string unpicklable_state_dict(const std::string& pickle) {
   std::string out;
   out.reserve(pickle.size() + 64);
   // The unpickler's stack: where each item starts in `out`, how deeply it nests (0: a scalar),
-  // and the memo slots it was stored in. LibTorch's unpickler trusts the pickle, so what it would
-  // read wrongly (an item below the topmost mark, a memo slot never set or set twice, a dict of
-  // an odd number of items, NEWOBJ, which it reads otherwise than Python) or recurse into without
-  // end (deep nesting) is refused here, as is what torch.save never writes and a forged file
-  // needs to build a cycle: an object changed after it was read back from the memo.
+  // and the memo slots it was stored in or read back from. LibTorch's unpickler trusts the pickle,
+  // so what it would read wrongly (an item below the topmost mark, a memo slot never set or set
+  // twice, a dict of an odd number of items, NEWOBJ, which it reads otherwise than Python) or
+  // recurse into without end (deep nesting) is refused here, as is what torch.save never writes and
+  // a forged file needs to build a cycle: an object changed after it was read back from the memo.
   struct Item {
     std::size_t start = 0;
     int depth = 0;
-    bool from_memo = false;
     std::vector<std::uint32_t> slots;
   };
   std::vector<Item> items;
@@ -236,9 +235,8 @@ std::string unpicklable_state_dict(const std::string& pickle) {
                                                    : 0;
     if (changed > 0) {
       const auto& target = items[items.size() - changed];
-      const bool read_back =
-          target.from_memo || std::any_of(target.slots.begin(), target.slots.end(),
-                                          [&](std::uint32_t slot) { return memo[slot].read; });
+      const bool read_back = std::any_of(target.slots.begin(), target.slots.end(),
+                                         [&](std::uint32_t slot) { return memo[slot].read; });
       TORCHBUS_CHECK(!read_back, DataError,
                      "the pickle changes an object after reading it back from the memo at byte ",
                      at);
@@ -252,7 +250,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       last_taken_start = items.back().start;
       take(items.size() - effect.pops);
     }
-    Item pushed{item_start, taken_depth + 1, false, std::move(built_slots)};
+    Item pushed{item_start, taken_depth + 1, std::move(built_slots)};
     for (const auto slot : pushed.slots) memo[slot].depth = pushed.depth;
     if (memo_put) {
       const auto slot = little_endian(pickle, at + 1, size - 1);
@@ -268,7 +266,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       TORCHBUS_CHECK(!memo[slot].dropped, DataError, "the pickle reads memo slot ", slot,
                      " at byte ", at, ", stored inside the state of a BUILD (which is dropped)");
       memo[slot].read = true;
-      pushed = {item_start, memo[slot].depth, true, {}};
+      pushed = {item_start, memo[slot].depth, {slot}};
     }
     if (effect.pushes > 0) items.push_back(std::move(pushed));
     if (changes_below) {
