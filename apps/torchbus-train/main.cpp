@@ -28,10 +28,12 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -885,15 +887,51 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const train::Dataset& data,
   return result;
 }
 
-/// Writes OUT/lr_finder.csv, logs the lr found and adds the loss against the lr to the report.
-void report_lr_found(const torchbus::LRFinderResult& found, const fs::path& out,
+/// The run's identity in both forms (BatchInIdentity::Global, then Split) for given flags.
+using IdentitiesOf = std::function<std::array<std::string, 2>(const Flags&)>;
+
+/// --find-lr --resume: the range test of the run in OUT, read back from OUT/lr_finder.csv, when
+/// OUT/identity.txt is this run's with the lr that test found; none otherwise (the test runs
+/// again). So a resume trains with the lr its run trained with, and spends no steps on a sweep.
+std::optional<torchbus::LRFinderResult> recorded_lr_sweep(const Flags& flags, int world_size,
+                                                          const IdentitiesOf& identities_of) {
+  const fs::path out(flags.out);
+  if (!flags.resume || world_size > 1 || !fs::exists(out / "lr_finder.csv")) return std::nullopt;
+  const auto recorded_identity = train::read_identity(out);
+  if (!recorded_identity) return std::nullopt;
+  torchbus::LRFinderResult sweep;
+  try {
+    sweep = torchbus::LRFinderResult::read_csv(out / "lr_finder.csv");
+  } catch (const torchbus::Error& error) {
+    torchbus::logger()->warn("--find-lr --resume: {}; running the range test again", error.what());
+    return std::nullopt;
+  }
+  if (!sweep.suggestion) return std::nullopt;
+  auto with_lr = flags;
+  with_lr.lr = *sweep.suggestion;
+  for (const auto& identity : identities_of(with_lr)) {
+    if (identity == *recorded_identity) return sweep;
+  }
+  return std::nullopt;
+}
+
+/// Writes OUT/lr_finder.csv (unless `recorded`: read back from there), logs the lr found and adds
+/// the loss against the lr to the report.
+void report_lr_found(const torchbus::LRFinderResult& found, bool recorded, const fs::path& out,
                      torchbus::RunReport* report) {
-  found.write_csv(out / "lr_finder.csv");
   const auto stopped = found.diverged ? " (stopped when the loss diverged)" : "";
-  torchbus::logger()->info(
-      "--find-lr: the range test ran {} steps{} and found lr {} (steepest descent of the smoothed "
-      "loss); this run trains with it; the sweep is in {}",
-      found.lrs.size(), stopped, *found.suggestion, (out / "lr_finder.csv").string());
+  if (recorded) {
+    torchbus::logger()->info(
+        "--find-lr --resume: the lr the run found, {}, read back with its range test ({} "
+        "steps{}) from {}; the resume trains with it and does not sweep again",
+        *found.suggestion, found.lrs.size(), stopped, (out / "lr_finder.csv").string());
+  } else {
+    found.write_csv(out / "lr_finder.csv");
+    torchbus::logger()->info(
+        "--find-lr: the range test ran {} steps{} and found lr {} (steepest descent of the "
+        "smoothed loss); this run trains with it; the sweep is in {}",
+        found.lrs.size(), stopped, *found.suggestion, (out / "lr_finder.csv").string());
+  }
   if (report == nullptr) return;
   torchbus::ReportChart chart;
   chart.title = "Learning-rate range test";
@@ -1024,6 +1062,7 @@ int run(Flags flags) {
   std::string split_identity;    // as runs before global_batch named it; they still resume
   std::string init_from_sha256;  // of the --init-from file (empty: none)
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
+  bool lr_recorded = false;  // --find-lr --resume: lr_found read back from OUT, not swept again
   train::TrainingDevice device;
   std::vector<std::shared_ptr<torchbus::Callback>> steering;  // built and checked before OUT
   train::run_agreed(*group, [&] {
@@ -1045,14 +1084,21 @@ int run(Flags flags) {
     steering = configured_steering(flags, device.device, planned.train.batches_per_epoch());
     model = make_model(flags, data);
     if (!flags.init_from.empty()) init_from_sha256 = initialize_from(flags.init_from, *model);
+    const IdentitiesOf identities_of = [&](const Flags& given) {
+      const bool cnn = uses_cnn(given, data);
+      return std::array{
+          run_identity(given, cnn, world_size, init_from_sha256, BatchInIdentity::Global),
+          run_identity(given, cnn, world_size, init_from_sha256, BatchInIdentity::Split)};
+    };
     if (flags.find_lr) {
-      lr_found = find_lr(flags, data, model, world_size, device.device);
+      lr_found = recorded_lr_sweep(flags, world_size, identities_of);
+      lr_recorded = lr_found.has_value();
+      if (!lr_found) lr_found = find_lr(flags, data, model, world_size, device.device);
       flags.lr = *lr_found->suggestion;  // in the identity, the options and the summary
     }
-    identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256,
-                            BatchInIdentity::Global);
-    split_identity = run_identity(flags, uses_cnn(flags, data), world_size, init_from_sha256,
-                                  BatchInIdentity::Split);
+    const auto identities = identities_of(flags);
+    identity = identities[0];
+    split_identity = identities[1];
     exit_if_signalled_during_startup();
   });
 
@@ -1150,7 +1196,8 @@ int run(Flags flags) {
         "reads; --init-from starts a run from one, --validate evaluates one "
         "(docs/interop.md)");
   }
-  if (lr_found && writes_outputs) report_lr_found(*lr_found, out, outputs.run_report.get());
+  if (lr_found && writes_outputs)
+    report_lr_found(*lr_found, lr_recorded, out, outputs.run_report.get());
   if (outputs.tensorboard_logger) {  // the run's options in TensorBoard's Text tab
     for (const auto& [key, value] : train::text_members(run_options)) {
       outputs.tensorboard_logger->add_option(key, value);

@@ -12,14 +12,21 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/rng_state.hpp>
 #include <torchbus/state.hpp>
+#include <torchbus/system_error_text.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace torchbus {
 namespace {
@@ -73,6 +80,34 @@ class TrainingSnapshot {
   RngState generators_;  // the random generators before the sweep
 };
 
+/// Whether the smoothed loss `smoothed` ends the sweep: it is not finite, or above
+/// divergence_threshold times `best`, the lowest smoothed loss so far (this one included).
+bool diverges(double smoothed, double best, const LRFinderOptions& options) {
+  const auto threshold = options.divergence_threshold();
+  // A threshold is a multiple of the best loss: it means nothing for losses <= 0.
+  return !std::isfinite(smoothed) || (threshold && best > 0.0 && smoothed > *threshold * best);
+}
+
+/// Sets the result's suggestion: the steepest descent of its smoothed loss under `options`.
+void suggest(LRFinderResult& result, const LRFinderOptions& options) {
+  result.suggestion_index = steepest_descent_index(result.lrs, result.smoothed_losses,
+                                                   options.skip_begin(), options.skip_end());
+  if (result.suggestion_index) result.suggestion = result.lrs[*result.suggestion_index];
+}
+
+/// A number of an lr_finder.csv cell as write_csv wrote it (also inf and nan); none when the cell
+/// is anything else.
+std::optional<double> csv_number(const std::string& cell) {
+  if (cell.empty() || std::isspace(static_cast<unsigned char>(cell.front())) ||
+      cell.find_first_of("xX") != std::string::npos) {  // strtod reads hexadecimal too
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(cell.c_str(), &end);
+  if (end != cell.c_str() + cell.size()) return std::nullopt;
+  return value;
+}
+
 /// Records one point per applied step and decides when the sweep ends.
 class Sweep {
  public:
@@ -96,10 +131,7 @@ class Sweep {
     result_.losses.push_back(loss);
     result_.smoothed_losses.push_back(smoothed);
     best_ = std::min(best_, smoothed);
-    const auto threshold = options_.divergence_threshold();
-    // A threshold is a multiple of the best loss: it means nothing for losses <= 0.
-    result_.diverged =
-        !std::isfinite(smoothed) || (threshold && best_ > 0.0 && smoothed > *threshold * best_);
+    result_.diverged = diverges(smoothed, best_, options_);
     if (result_.diverged) {
       state.request_stop(fmt::format("LRFinder: the loss diverged at lr {:.4g}", lr));
     } else if (complete()) {
@@ -203,6 +235,53 @@ void LRFinderResult::write_csv(const std::filesystem::path& path) const {
   write_file_atomically(path, text);
 }
 
+LRFinderResult LRFinderResult::read_csv(const std::filesystem::path& path,
+                                        const LRFinderOptions& options) {
+  options.validate();
+  std::ifstream in(path, std::ios::binary);
+  TORCHBUS_CHECK(in.is_open(), Error, "LRFinder: cannot open '", path.string(),
+                 "': ", system_error_text(errno));
+  const auto fail = [&](std::size_t line, const auto&... what) {
+    throw Error(
+        detail::concat("LRFinder: ", path.string(), " line ", line, ": ", what...,
+                       " (expected the table write_csv writes: step,lr,loss,smoothed_loss, one "
+                       "row per step, from step 0, increasing learning rates)"));
+  };
+  std::string text;
+  if (!std::getline(in, text) || text != "step,lr,loss,smoothed_loss") {
+    fail(1, "the header is '", text.substr(0, 80), "'");
+  }
+  LRFinderResult result;
+  double best = std::numeric_limits<double>::infinity();
+  for (std::size_t line = 2; std::getline(in, text); ++line) {
+    std::vector<std::string> cells;
+    std::istringstream row(text);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    if (cells.size() != 4 || text.back() == ',')
+      fail(line, "'", text.substr(0, 80), "' is not 4 cells");
+    const auto step = csv_number(cells[0]), lr = csv_number(cells[1]), loss = csv_number(cells[2]),
+               smoothed = csv_number(cells[3]);
+    if (!step || !lr || !loss || !smoothed)
+      fail(line, "'", text.substr(0, 80), "' is not 4 numbers");
+    if (*step != static_cast<double>(result.lrs.size())) {
+      fail(line, "step ", cells[0], " where step ", result.lrs.size(), " belongs");
+    }
+    if (!std::isfinite(*lr) || *lr <= 0.0 || (!result.lrs.empty() && *lr <= result.lrs.back())) {
+      fail(line, "lr ", cells[1], " is not finite, > 0 and above the row before");
+    }
+    if (result.diverged) fail(line, "a row after the sweep diverged");
+    result.lrs.push_back(*lr);
+    result.losses.push_back(*loss);
+    result.smoothed_losses.push_back(*smoothed);
+    best = std::min(best, *smoothed);
+    result.diverged = diverges(*smoothed, best, options);
+  }
+  TORCHBUS_CHECK(!in.bad(), Error, "LRFinder: reading '", path.string(),
+                 "' failed: ", system_error_text(errno));
+  suggest(result, options);
+  return result;
+}
+
 LRFinderResult find_learning_rate_source(Trainer& trainer, BatchSource& train,
                                          const LRFinderOptions& options) {
   options.validate();
@@ -239,9 +318,7 @@ LRFinderResult find_learning_rate_source(Trainer& trainer, BatchSource& train,
   snapshot.restore();
 
   auto result = std::move(sweep.result());
-  result.suggestion_index = steepest_descent_index(result.lrs, result.smoothed_losses,
-                                                   options.skip_begin(), options.skip_end());
-  if (result.suggestion_index) result.suggestion = result.lrs[*result.suggestion_index];
+  suggest(result, options);
   auto log = logger();
   if (result.lrs.empty()) {
     log->warn("LRFinder: no step was recorded; no suggestion");

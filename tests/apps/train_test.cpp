@@ -571,7 +571,8 @@ BOOST_AUTO_TEST_CASE(resume_never_continues_another_run) {
 }
 
 // --find-lr: the range test's CSV, the lr found in the summary, the options, the identity and the
-// report; the run is the one --lr with that value gives, and it resumes (the sweep is repeated).
+// report; the run is the one --lr with that value gives, and a resume finds it finished without
+// sweeping again (the lr is read back from its CSV).
 BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
   const std::string flags = "--epochs 1 --max-steps 20 --hidden 16 --no-progress ";
   const auto out = scratch("train_test", "find_lr");
@@ -621,15 +622,74 @@ BOOST_AUTO_TEST_CASE(find_lr_sweeps_first_and_trains_with_the_lr_found) {
   BOOST_TEST(json_string(read_text(given / "summary.json"), "params_sha256") ==
              json_string(summary, "params_sha256"));
 
-  // --resume repeats the sweep, finds the same lr and so the same identity: the run it finds is
-  // the finished one (a checkpoint of another identity would be refused).
+  // --resume reads the lr back from lr_finder.csv: the same identity, so the run it finds is the
+  // finished one, and no sweep ran (the sweep logs "LRFinder: N steps").
   const auto resumed = run_train(flags + "--find-lr --resume --out " + out.string());
   BOOST_TEST(resumed.status == 0, resumed.output);
   BOOST_TEST(has(resumed.output, "already finished: max_steps reached"), resumed.output);
+  BOOST_TEST(!has(resumed.output, "LRFinder:"), resumed.output);
+  // A CSV that does not read back: said, and the sweep runs again (it finds the same lr).
+  std::ofstream(out / "lr_finder.csv", std::ios::binary) << "step,lr\n";
+  const auto swept = run_train(flags + "--find-lr --resume --out " + out.string());
+  BOOST_TEST(swept.status == 0, swept.output);
+  BOOST_TEST(has(swept.output, "line 1: the header is 'step,lr'"), swept.output);
+  BOOST_TEST(has(swept.output, "; running the range test again"), swept.output);
+  BOOST_TEST(has(swept.output, "LRFinder: "), swept.output);
+  BOOST_TEST(has(swept.output, "already finished: max_steps reached"), swept.output);
+  // A CSV whose suggestion is another lr (the identity with it is not OUT's): swept again, as a
+  // fresh run would.
+  std::ofstream table(out / "lr_finder.csv", std::ios::binary);
+  table << "step,lr,loss,smoothed_loss\n";
+  for (int i = 0; i < 14; ++i) table << i << "," << 3e-7 * std::pow(2.0, i) << ",1,1\n";
+  table.close();
+  // Equal losses: the steepest descent is the first point searched, 10 (skip_begin), lr 3e-7 *
+  // 2^10.
+  BOOST_TEST_REQUIRE(lr != 3e-7 * 1024);
+  const auto other = run_train(flags + "--find-lr --resume --out " + out.string());
+  BOOST_TEST(other.status == 0, other.output);
+  BOOST_TEST(!has(other.output, "running the range test again"), other.output);  // it read back
+  BOOST_TEST(has(other.output, "LRFinder: "), other.output);
+  BOOST_TEST(has(other.output, "already finished: max_steps reached"), other.output);
   // --lr and --find-lr together: a usage error.
   const auto both = run_train("--lr 0.1 --find-lr --out " + out.string());
   BOOST_TEST(both.status == 2, both.output);
   BOOST_TEST(has(both.output, "excludes"), both.output);
+}
+
+// --find-lr killed mid-run: --resume trains on with the lr its run found, read back from
+// lr_finder.csv (no second sweep, whatever a sweep on this machine would find), and ends as the
+// uninterrupted run does.
+BOOST_AUTO_TEST_CASE(a_find_lr_run_killed_mid_run_resumes_with_its_lr_without_sweeping) {
+  // 3 epochs of 128 steps: the SIGKILL after step 45 (after the checkpoint of step 40) finds more
+  // than 300 steps to go.
+  const std::vector<std::string> flags{"--epochs",      "3",         "--hidden",           "16",
+                                       "--no-progress", "--find-lr", "--checkpoint-every", "20",
+                                       "--log-every",   "5"};
+  const auto command = [&](const fs::path& out) {
+    std::string text;
+    for (const auto& flag : flags) text += flag + " ";
+    return text + "--out " + out.string();
+  };
+  const auto reference = scratch("train_test", "find_lr_reference");
+  BOOST_TEST_REQUIRE(run_train(command(reference)).status == 0);
+  const auto out = scratch("train_test", "find_lr_killed");
+  auto arguments = flags;
+  arguments.insert(arguments.end(), {"--out", out.string()});
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 45 ", SIGKILL) ==
+             kKilledBy + SIGKILL);
+  const auto resumed = run_train(command(out) + " --resume");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(has(resumed.output, "resumed from"), resumed.output);
+  BOOST_TEST(!has(resumed.output, "LRFinder:"), resumed.output);
+  const auto expected = read_text(reference / "summary.json");
+  const auto lr = json_number(expected, "lr_found");
+  BOOST_TEST(has(resumed.output, "--find-lr --resume: the lr the run found, "), resumed.output);
+  BOOST_TEST(has(resumed.output, "read back with its range test"), resumed.output);
+  const auto summary = read_text(out / "summary.json");
+  BOOST_TEST(json_number(summary, "lr_found") == lr);
+  BOOST_TEST(json_string(summary, "params_sha256") == json_string(expected, "params_sha256"));
+  BOOST_TEST(read_text(out / "lr_finder.csv") == read_text(reference / "lr_finder.csv"));
+  BOOST_TEST(has(read_text(out / "report.html"), "data-metric=\"Learning-rate range test\""));
 }
 
 BOOST_AUTO_TEST_CASE(resume_of_a_run_killed_before_its_first_checkpoint_starts_from_scratch) {

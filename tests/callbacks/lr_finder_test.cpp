@@ -1,6 +1,6 @@
 // LRFinder: the swept learning rates against the formula, the restore of weights, optimizer state
 // and options bit for bit, the stop on divergence, the suggestion on a known problem and against a
-// hand computation, the CSV read back, bad options.
+// hand computation, the CSV read back (also by read_csv, and its errors), bad options.
 
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
@@ -293,6 +293,76 @@ BOOST_AUTO_TEST_CASE(the_csv_reads_back_as_the_result) {
     ++rows;
   }
   BOOST_TEST(rows == result.lrs.size());
+
+  // read_csv gives the result back, the suggestion decided again under the same options.
+  const auto options = short_sweep(LRSweepMode::Exponential);
+  const auto back = LRFinderResult::read_csv(path, options);
+  BOOST_TEST(back.lrs == result.lrs, boost::test_tools::per_element());
+  BOOST_TEST(back.losses == result.losses, boost::test_tools::per_element());
+  BOOST_TEST(back.smoothed_losses == result.smoothed_losses, boost::test_tools::per_element());
+  BOOST_TEST_REQUIRE(result.suggestion.has_value());
+  BOOST_TEST((back.suggestion_index == result.suggestion_index));
+  BOOST_TEST((back.suggestion == result.suggestion));
+  BOOST_TEST(!back.diverged);
+  // Under other skips the suggestion is that of steepest_descent_index with them.
+  const auto skipped = LRFinderResult::read_csv(path, LRFinderOptions(options).skip_begin(6));
+  BOOST_TEST((skipped.suggestion_index ==
+              steepest_descent_index(result.lrs, result.smoothed_losses, 6, 1)));
+}
+
+BOOST_AUTO_TEST_CASE(a_diverged_sweep_reads_back_as_diverged) {
+  const TempDir dir("lr_finder");
+  Run run(TrainerOptions().max_epochs(-1).max_steps(1000));
+  const auto result = find_learning_rate(run.trainer, make_batches(5, 8),
+                                         LRFinderOptions().min_lr(1e-3).max_lr(1e12));
+  BOOST_TEST_REQUIRE(result.diverged);
+  const auto path = dir.path / "lr_finder.csv";
+  result.write_csv(path);
+  const auto back = LRFinderResult::read_csv(path, LRFinderOptions().min_lr(1e-3).max_lr(1e12));
+  BOOST_TEST(back.diverged);
+  BOOST_TEST(back.lrs == result.lrs, boost::test_tools::per_element());
+  BOOST_TEST((back.suggestion == result.suggestion));
+  // Without a threshold only a non-finite smoothed loss diverges.
+  const auto last = result.smoothed_losses.back();
+  BOOST_TEST(LRFinderResult::read_csv(path, LRFinderOptions().divergence_threshold(std::nullopt))
+                 .diverged == !std::isfinite(last));
+}
+
+BOOST_AUTO_TEST_CASE(a_file_that_is_not_the_table_is_an_error_naming_file_and_line) {
+  const TempDir dir("lr_finder");
+  const auto path = dir.path / "lr_finder.csv";
+  const auto error_of = [&](const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+    return message_of<Error>([&] { LRFinderResult::read_csv(path); });
+  };
+  const std::string header = "step,lr,loss,smoothed_loss\n";
+  const std::string row0 = "0,1e-07,2.5,2.5\n";
+  BOOST_TEST(
+      has(message_of<Error>([&] { LRFinderResult::read_csv(dir.path / "none.csv"); }),
+          "cannot open '" + (dir.path / "none.csv").string() + "': No such file or directory"));
+  BOOST_TEST(has(error_of("lr,loss\n"), path.string() + " line 1: the header is 'lr,loss'"));
+  BOOST_TEST(has(error_of(""), "line 1: the header is ''"));
+  BOOST_TEST(
+      has(error_of(header + row0 + "2,1e-06,2.4,2.4\n"), "line 3: step 2 where step 1 belongs"));
+  BOOST_TEST(has(error_of(header + row0 + "1,1e-08,2.4,2.4\n"),
+                 "line 3: lr 1e-08 is not finite, > 0 and above the row before"));
+  BOOST_TEST(has(error_of(header + "0,-1,2.5,2.5\n"), "line 2: lr -1 is not finite"));
+  BOOST_TEST(
+      has(error_of(header + "0,1e-07,abc,2.5\n"), "line 2: '0,1e-07,abc,2.5' is not 4 numbers"));
+  BOOST_TEST(has(error_of(header + "0,0x1p-20,2.5,2.5\n"), "is not 4 numbers"));
+  BOOST_TEST(has(error_of(header + "0,1e-07,2.5\n"), "line 2: '0,1e-07,2.5' is not 4 cells"));
+  BOOST_TEST(has(error_of(header + "0,1e-07,2.5,2.5,\n"), "is not 4 cells"));
+  BOOST_TEST(has(error_of(header + row0 + "\n"), "line 3: '' is not 4 cells"));
+  // The sweep stops at its first diverged point: a row after it is not of a sweep.
+  BOOST_TEST(has(error_of(header + "0,1e-07,nan,nan\n1,1e-06,2.4,2.4\n"),
+                 "line 3: a row after the sweep diverged"));
+  BOOST_TEST(has(error_of("x\n"), "(expected the table write_csv writes: step,lr,loss,"));
+  // What write_csv writes for a diverged point reads back.
+  std::ofstream(path, std::ios::binary) << header << row0 << "1,1e-06,inf,inf\n";
+  const auto back = LRFinderResult::read_csv(path);
+  BOOST_TEST(back.diverged);
+  BOOST_TEST(back.lrs.size() == 2u);
+  BOOST_TEST(!back.suggestion.has_value());  // too few points after skip_begin 10
 }
 
 BOOST_AUTO_TEST_CASE(invalid_options_are_config_errors) {

@@ -67,6 +67,12 @@ struct LRFinderResult {
   /// Writes `step,lr,loss,smoothed_loss` rows (a header, then one row per point, numbers with
   /// 17 significant digits) to `path`, atomically; throws Error when it cannot.
   void write_csv(const std::filesystem::path& path) const;
+
+  /// Reads back what write_csv wrote: the points, with `diverged` and the suggestion decided again
+  /// under `options` (divergence_threshold, skip_begin, skip_end); throws Error naming the file and
+  /// line when it cannot be read or is not such a table.
+  static LRFinderResult read_csv(const std::filesystem::path& path,
+                                 const LRFinderOptions& options = {});
 };
 
 /// The learning rate of sweep step `index` (0-based) under `options`; the first is exactly
