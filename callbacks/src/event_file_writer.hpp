@@ -92,7 +92,8 @@ class EventFileWriter {
   /// Whether a file is open: from construction or `open` to `close`.
   bool is_open() const;
 
-  /// The file written last.
+  /// The file written last. Unlocked: call it on the thread that calls `open`, the only one that
+  /// changes it (the writer's thread reads it only while a file is open).
   const std::string& path() const noexcept;
 
   /// Queues an Event{wall_time, step, summary{values}} (blocks while the queue is full).

@@ -10,7 +10,8 @@
 namespace torchbus::detail {
 namespace {
 
-// The pickle opcodes (Python's pickletools) of a protocol-2 state_dict.
+// The pickle opcodes (Python's pickletools) of a protocol-2 state_dict. NEWOBJ is not among them:
+// LibTorch 1.13 reads it otherwise than Python, and torch.save's state_dicts do not hold it.
 enum Opcode : unsigned char {
   kMark = '(',
   kStop = '.',
@@ -163,121 +164,194 @@ std::size_t decode(const std::string& pickle, std::size_t at, StackEffect& effec
   }
 }
 
-}  // namespace
+/// One instruction of the pickle.
+struct Instruction {
+  std::size_t at = 0;        // where it starts
+  std::size_t size = 0;      // its length, with its argument
+  unsigned char opcode = 0;  // its first byte
+  StackEffect effect;
 
-std::string unpicklable_state_dict(const std::string& pickle) {
-  std::string out;
-  out.reserve(pickle.size() + 64);
-  // The unpickler's stack: where each item starts in `out`, how deeply it nests (0: a scalar),
-  // and the memo slots it was stored in or read back from. LibTorch's unpickler trusts the pickle,
-  // so what it would read wrongly (an item below the topmost mark, a memo slot never set or set
-  // twice, a dict of an odd number of items, NEWOBJ, which it reads otherwise than Python) or
-  // recurse into without end (deep nesting) is refused here, as is what torch.save never writes and
-  // a forged file needs to build a cycle: an object changed after it was read back from the memo.
+  bool memo_put() const { return opcode == kBinPut || opcode == kLongBinPut; }
+  bool memo_get() const { return opcode == kBinGet || opcode == kLongBinGet; }
+  /// SETITEM, APPENDS and SETITEMS add what they take to the item below them.
+  bool adds_below() const {
+    return opcode == kSetItem || opcode == kAppends || opcode == kSetItems;
+  }
+  /// The memo slot of a PUT or GET.
+  std::uint32_t slot(const std::string& pickle) const {
+    return little_endian(pickle, at + 1, size - 1);
+  }
+};
+
+/// The unpickler's stack and memo as the pickle builds them. LibTorch's unpickler trusts the
+/// pickle, so what it would read wrongly (an item below the topmost mark, a memo slot never set or
+/// set twice, a dict of an odd number of items) or recurse into without end (deep nesting) is
+/// refused here, as is what torch.save never writes and a forged file needs to build a cycle: an
+/// object changed after it was read back from the memo.
+class PickleStack {
+ public:
+  /// Where in the output the items an instruction took started.
+  struct Taken {
+    std::size_t first = 0;  // its first item, or its mark: where the item it pushes starts
+    std::size_t last = 0;   // its last item (BUILD's state)
+  };
+
+  /// Follows `instruction`, written from `written` on in the output; throws DataError for what is
+  /// refused.
+  Taken follow(const Instruction& instruction, const std::string& pickle, std::size_t written) {
+    const auto& effect = instruction.effect;
+    Taken taken{written, written};
+    int taken_depth = -1;  // the deepest item taken
+    if (effect.sets_mark) marks_.emplace_back(items_.size(), written);
+    if (effect.to_mark) taken.first = close_mark(instruction, taken_depth);
+    const auto changed = changed_item(instruction);
+    // BUILD pushes the object it takes, changed: it keeps its memo slots.
+    auto slots = instruction.opcode == kBuild ? items_[items_.size() - changed].slots
+                                              : std::vector<std::uint32_t>{};
+    if (effect.pops > 0) {
+      taken.first = items_[items_.size() - effect.pops].start;
+      taken.last = items_.back().start;
+      take(items_.size() - effect.pops, taken_depth);
+    }
+    Item pushed{taken.first, taken_depth + 1, std::move(slots)};
+    for (const auto slot : pushed.slots) memo_[slot].depth = pushed.depth;
+    if (instruction.memo_put()) store(instruction, pickle, written);
+    if (instruction.memo_get()) pushed = read(instruction, pickle, taken.first);
+    if (effect.pushes > 0) items_.push_back(std::move(pushed));
+    if (instruction.adds_below()) deepen(items_.back(), taken_depth + 1);
+    TORCHBUS_CHECK(items_.empty() || items_.back().depth <= kMaxDepth, DataError,
+                   "the pickle nests deeper than ", kMaxDepth, " levels at byte ", instruction.at,
+                   "; a state_dict nests a few");
+    return taken;
+  }
+
+  /// Marks the memo slots stored from `written` on in the output as dropped: they were stored
+  /// inside a BUILD's state, which is not written, and may not be read.
+  void drop_slots_from(std::size_t written) {
+    for (auto slot = memo_.rbegin(); slot != memo_.rend() && slot->written_at >= written; ++slot) {
+      slot->dropped = true;
+    }
+  }
+
+ private:
+  // An item on the stack: where it starts in the output, how deeply it nests (0: a scalar), and
+  // the memo slots it was stored in or read back from.
   struct Item {
     std::size_t start = 0;
     int depth = 0;
     std::vector<std::uint32_t> slots;
   };
-  std::vector<Item> items;
-  std::vector<std::pair<std::size_t, std::size_t>> marks;  // (stack size, where in `out`)
   struct Slot {
     int depth = 0;               // final once the slot is read: its object changes no more
     bool read = false;           // read back: its object may not change
-    std::size_t written_at = 0;  // where in `out` it was stored
+    std::size_t written_at = 0;  // where in the output it was stored
     bool dropped = false;        // stored inside the state of a BUILD, which is not written
   };
-  std::vector<Slot> memo;                     // slots 0, 1, ... as torch.save numbers them
+
+  /// Takes the items from `from` on, keeping the deepest in `taken_depth`.
+  void take(std::size_t from, int& taken_depth) {
+    for (auto i = from; i < items_.size(); ++i)
+      taken_depth = std::max(taken_depth, items_[i].depth);
+    items_.resize(from);
+  }
+
+  /// TUPLE, LIST, DICT, APPENDS and SETITEMS: takes the items above the topmost mark, and the
+  /// mark; returns where the mark was written.
+  std::size_t close_mark(const Instruction& instruction, int& taken_depth) {
+    TORCHBUS_CHECK(!marks_.empty(), DataError, "the pickle closes a mark it never opened");
+    const auto [level, mark_start] = marks_.back();
+    marks_.pop_back();
+    const auto opcode = instruction.opcode;
+    TORCHBUS_CHECK((opcode != kDict && opcode != kSetItems) || (items_.size() - level) % 2 == 0,
+                   DataError, "the pickle makes a dict of an odd number of items at byte ",
+                   instruction.at);
+    TORCHBUS_CHECK(instruction.effect.pushes > 0 || level > floor(), DataError,
+                   "the pickle adds items to nothing at byte ", instruction.at);
+    take(level, taken_depth);
+    return mark_start;
+  }
+
+  /// The stack size at the topmost mark: the items below it may not be taken.
+  std::size_t floor() const { return marks_.empty() ? 0 : marks_.back().first; }
+
+  /// Checks that the items `instruction` takes (and changes) are above the topmost mark, and that
+  /// the object it changes was not read back from the memo; returns that object's place counted
+  /// from the top of the stack (0: none).
+  std::size_t changed_item(const Instruction& instruction) const {
+    const auto opcode = instruction.opcode;
+    const std::size_t needed =
+        instruction.effect.pops + (opcode == kSetItem || instruction.memo_put() ? 1 : 0);
+    TORCHBUS_CHECK(items_.size() >= floor() + needed, DataError,
+                   "the pickle takes more items than it pushed since its last mark at byte ",
+                   instruction.at);
+    const std::size_t changed = opcode == kSetItem         ? 3
+                                : opcode == kBuild         ? 2
+                                : instruction.adds_below() ? 1
+                                                           : 0;
+    if (changed > 0) {
+      const auto& slots = items_[items_.size() - changed].slots;
+      const bool read_back = std::any_of(slots.begin(), slots.end(),
+                                         [&](std::uint32_t slot) { return memo_[slot].read; });
+      TORCHBUS_CHECK(!read_back, DataError,
+                     "the pickle changes an object after reading it back from the memo at byte ",
+                     instruction.at);
+    }
+    return changed;
+  }
+
+  /// PUT: stores the top item in the next memo slot (torch.save numbers them 0, 1, ...).
+  void store(const Instruction& instruction, const std::string& pickle, std::size_t written) {
+    const auto slot = instruction.slot(pickle);
+    TORCHBUS_CHECK(slot == memo_.size(), DataError, "the pickle stores memo slot ", slot,
+                   " at byte ", instruction.at, "; expected slot ", memo_.size(),
+                   " (torch.save counts up)");
+    memo_.push_back({items_.back().depth, false, written, false});
+    items_.back().slots.push_back(slot);
+  }
+
+  /// GET: the item read back from a stored memo slot, which from then on may not change.
+  Item read(const Instruction& instruction, const std::string& pickle, std::size_t start) {
+    const auto slot = instruction.slot(pickle);
+    TORCHBUS_CHECK(slot < memo_.size(), DataError, "the pickle reads memo slot ", slot, " at byte ",
+                   instruction.at, ", which it never stored");
+    TORCHBUS_CHECK(!memo_[slot].dropped, DataError, "the pickle reads memo slot ", slot,
+                   " at byte ", instruction.at,
+                   ", stored inside the state of a BUILD (which is dropped)");
+    memo_[slot].read = true;
+    return {start, memo_[slot].depth, {slot}};
+  }
+
+  /// What APPENDS, SETITEMS and SETITEM take, `depth` deep, goes into `target` (and its slots).
+  void deepen(Item& target, int depth) {
+    target.depth = std::max(target.depth, depth);
+    for (const auto slot : target.slots) memo_[slot].depth = target.depth;
+  }
+
+  std::vector<Item> items_;
+  std::vector<std::pair<std::size_t, std::size_t>> marks_;  // (stack size, where in the output)
+  std::vector<Slot> memo_;                                  // slots 0, 1, ... in order
+};
+
+}  // namespace
+
+std::string unpicklable_state_dict(const std::string& pickle) {
+  std::string out;
+  out.reserve(pickle.size() + 64);
+  PickleStack stack;
   std::set<std::uint32_t> ordered_dict_memo;  // memo slots holding collections.OrderedDict
   // 0: nothing pending; 1: OrderedDict is the callable on top; 2: its empty argument follows.
   int pending = 0;
   bool after_ordered_dict_global = false;
   for (std::size_t at = 0; at < pickle.size();) {
-    StackEffect effect;
-    const std::size_t size = decode(pickle, at, effect);
-    const auto opcode = static_cast<unsigned char>(pickle[at]);
-    const bool memo_put = opcode == kBinPut || opcode == kLongBinPut;
-    const bool memo_get = opcode == kBinGet || opcode == kLongBinGet;
+    Instruction instruction;
+    instruction.at = at;
+    instruction.size = decode(pickle, at, instruction.effect);
+    instruction.opcode = static_cast<unsigned char>(pickle[at]);
+    const auto opcode = instruction.opcode;
+    const auto size = instruction.size;
     const bool ordered_dict_global =
         opcode == kGlobal && pickle.compare(at + 1, size - 1, kOrderedDict) == 0;
-    const std::size_t start = out.size();
-
-    // Stack bookkeeping on the input's semantics; the start of a pushed item is the start of the
-    // first item it takes (or of its mark), else where its instruction is written.
-    std::size_t item_start = start;
-    int taken_depth = -1;  // the deepest item taken
-    const auto take = [&](std::size_t from) {
-      for (auto i = from; i < items.size(); ++i)
-        taken_depth = std::max(taken_depth, items[i].depth);
-      items.resize(from);
-    };
-    if (effect.sets_mark) marks.emplace_back(items.size(), start);
-    if (effect.to_mark) {
-      TORCHBUS_CHECK(!marks.empty(), DataError, "the pickle closes a mark it never opened");
-      const auto [level, mark_start] = marks.back();
-      marks.pop_back();
-      TORCHBUS_CHECK((opcode != kDict && opcode != kSetItems) || (items.size() - level) % 2 == 0,
-                     DataError, "the pickle makes a dict of an odd number of items at byte ", at);
-      TORCHBUS_CHECK(effect.pushes > 0 || level > (marks.empty() ? 0 : marks.back().first),
-                     DataError, "the pickle adds items to nothing at byte ", at);
-      take(level);
-      item_start = mark_start;
-    }
-    const std::size_t floor = marks.empty() ? 0 : marks.back().first;  // items below the mark
-    const bool changes_below = opcode == kSetItem || opcode == kAppends || opcode == kSetItems;
-    const std::size_t needed = effect.pops + (opcode == kSetItem || memo_put ? 1 : 0);
-    TORCHBUS_CHECK(items.size() >= floor + needed, DataError,
-                   "the pickle takes more items than it pushed since its last mark at byte ", at);
-    // The object the instruction changes, counted from the top of the stack (0: none).
-    const std::size_t changed = opcode == kSetItem ? 3
-                                : opcode == kBuild ? 2
-                                : changes_below    ? 1
-                                                   : 0;
-    if (changed > 0) {
-      const auto& target = items[items.size() - changed];
-      const bool read_back = std::any_of(target.slots.begin(), target.slots.end(),
-                                         [&](std::uint32_t slot) { return memo[slot].read; });
-      TORCHBUS_CHECK(!read_back, DataError,
-                     "the pickle changes an object after reading it back from the memo at byte ",
-                     at);
-    }
-    // BUILD pushes the object it takes, changed: it keeps its memo slots.
-    auto built_slots =
-        opcode == kBuild ? items[items.size() - changed].slots : std::vector<std::uint32_t>{};
-    std::size_t last_taken_start = start;
-    if (effect.pops > 0) {
-      item_start = items[items.size() - effect.pops].start;
-      last_taken_start = items.back().start;
-      take(items.size() - effect.pops);
-    }
-    Item pushed{item_start, taken_depth + 1, std::move(built_slots)};
-    for (const auto slot : pushed.slots) memo[slot].depth = pushed.depth;
-    if (memo_put) {
-      const auto slot = little_endian(pickle, at + 1, size - 1);
-      TORCHBUS_CHECK(slot == memo.size(), DataError, "the pickle stores memo slot ", slot,
-                     " at byte ", at, "; expected slot ", memo.size(), " (torch.save counts up)");
-      memo.push_back({items.back().depth, false, start, false});
-      items.back().slots.push_back(slot);
-    }
-    if (memo_get) {
-      const auto slot = little_endian(pickle, at + 1, size - 1);
-      TORCHBUS_CHECK(slot < memo.size(), DataError, "the pickle reads memo slot ", slot,
-                     " at byte ", at, ", which it never stored");
-      TORCHBUS_CHECK(!memo[slot].dropped, DataError, "the pickle reads memo slot ", slot,
-                     " at byte ", at, ", stored inside the state of a BUILD (which is dropped)");
-      memo[slot].read = true;
-      pushed = {item_start, memo[slot].depth, {slot}};
-    }
-    if (effect.pushes > 0) items.push_back(std::move(pushed));
-    if (changes_below) {
-      // What APPENDS, SETITEMS and SETITEM take goes into the item below (and its memo slots).
-      auto& target = items.back();
-      target.depth = std::max(target.depth, taken_depth + 1);
-      for (const auto slot : target.slots) memo[slot].depth = target.depth;
-    }
-    TORCHBUS_CHECK(items.empty() || items.back().depth <= kMaxDepth, DataError,
-                   "the pickle nests deeper than ", kMaxDepth, " levels at byte ", at,
-                   "; a state_dict nests a few");
+    const auto taken = stack.follow(instruction, pickle, out.size());
     if (opcode == kProto) {
       const auto protocol = little_endian(pickle, at + 1, 1);
       TORCHBUS_CHECK(protocol <= 2, DataError, "the pickle has protocol ", protocol,
@@ -285,9 +359,9 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       out.append(pickle, at, size);
     } else if (ordered_dict_global) {
       pending = 1;
-    } else if (memo_put && after_ordered_dict_global) {
-      ordered_dict_memo.insert(little_endian(pickle, at + 1, size - 1));
-    } else if (memo_get && ordered_dict_memo.count(little_endian(pickle, at + 1, size - 1)) > 0) {
+    } else if (instruction.memo_put() && after_ordered_dict_global) {
+      ordered_dict_memo.insert(instruction.slot(pickle));
+    } else if (instruction.memo_get() && ordered_dict_memo.count(instruction.slot(pickle)) > 0) {
       pending = 1;
     } else if (pending == 1 && opcode == kEmptyTuple) {
       pending = 2;
@@ -300,17 +374,13 @@ std::string unpicklable_state_dict(const std::string& pickle) {
                      "; a state_dict calls it without");
       if (opcode == kSetItem) {
         // LibTorch reads SETITEMS only: a mark before the key (the first item taken) makes one.
-        out.insert(item_start, 1, static_cast<char>(kMark));
+        out.insert(taken.first, 1, static_cast<char>(kMark));
         out.push_back(static_cast<char>(kSetItems));
       } else if (opcode == kBuild) {
         // BUILD sets an OrderedDict's attributes (a state_dict's `_metadata`): the attributes
         // are dropped (LibTorch's unpickler builds only its own classes).
-        out.erase(last_taken_start);
-        // The slots stored inside the state are the latest ones.
-        for (auto slot = memo.rbegin(); slot != memo.rend() && slot->written_at >= last_taken_start;
-             ++slot) {
-          slot->dropped = true;
-        }
+        out.erase(taken.last);
+        stack.drop_slots_from(taken.last);  // the slots stored inside the state are the latest
       } else {
         out.append(pickle, at, size);
       }
