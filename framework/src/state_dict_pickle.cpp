@@ -48,6 +48,8 @@ enum Opcode : unsigned char {
 };
 
 constexpr const char* kOrderedDict = "collections\nOrderedDict\n";
+/// What nn.Parameter pickles as: a call of it with (data, requires_grad, backward_hooks).
+constexpr const char* kRebuildParameter = "torch._utils\n_rebuild_parameter\n";
 
 /// Deeper nesting is refused: a state_dict nests a few levels, and LibTorch's unpickler (and the
 /// destruction of what it built) recurse once per level, so a forged pickle of a million nested
@@ -170,6 +172,8 @@ struct Instruction {
   std::size_t size = 0;      // its length, with its argument
   unsigned char opcode = 0;  // its first byte
   StackEffect effect;
+  /// It pushes torch._utils._rebuild_parameter (GLOBAL, or GET of a slot holding it).
+  bool pushes_parameter_rebuild = false;
 
   bool memo_put() const { return opcode == kBinPut || opcode == kLongBinPut; }
   bool memo_get() const { return opcode == kBinGet || opcode == kLongBinGet; }
@@ -194,16 +198,20 @@ class PickleStack {
   struct Taken {
     std::size_t first = 0;  // its first item, or its mark: where the item it pushes starts
     std::size_t last = 0;   // its last item (BUILD's state)
+    /// A REDUCE of torch._utils._rebuild_parameter: where its tuple's elements start (the data
+    /// first), else empty.
+    std::vector<std::size_t> parameter_arguments;
   };
 
   /// Follows `instruction`, written from `written` on in the output; throws DataError for what is
   /// refused.
   Taken follow(const Instruction& instruction, const std::string& pickle, std::size_t written) {
     const auto& effect = instruction.effect;
-    Taken taken{written, written};
+    Taken taken{written, written, {}};
     int taken_depth = -1;  // the deepest item taken
     if (effect.sets_mark) marks_.emplace_back(items_.size(), written);
-    if (effect.to_mark) taken.first = close_mark(instruction, taken_depth);
+    std::vector<std::size_t> elements;  // of a tuple it builds
+    if (effect.to_mark) taken.first = close_mark(instruction, taken_depth, elements);
     const auto changed = changed_item(instruction);
     // BUILD pushes the object it takes, changed: it keeps its memo slots.
     auto slots = instruction.opcode == kBuild ? items_[items_.size() - changed].slots
@@ -211,12 +219,15 @@ class PickleStack {
     if (effect.pops > 0) {
       taken.first = items_[items_.size() - effect.pops].start;
       taken.last = items_.back().start;
-      take(items_.size() - effect.pops, taken_depth);
+      taken.parameter_arguments = parameter_arguments(instruction);
+      take(items_.size() - effect.pops, taken_depth, elements, !taken.parameter_arguments.empty());
     }
-    Item pushed{taken.first, taken_depth + 1, std::move(slots)};
+    Item pushed{taken.first, taken_depth + 1, std::move(slots), false, {}};
     for (const auto slot : pushed.slots) memo_[slot].depth = pushed.depth;
     if (instruction.memo_put()) store(instruction, pickle, written);
     if (instruction.memo_get()) pushed = read(instruction, pickle, taken.first);
+    pushed.rebuilds_parameter = instruction.pushes_parameter_rebuild;
+    if (is_tuple(instruction.opcode)) pushed.elements = std::move(elements);
     if (effect.pushes > 0) items_.push_back(std::move(pushed));
     if (instruction.adds_below()) deepen(items_.back(), taken_depth + 1);
     TORCHBUS_CHECK(items_.empty() || items_.back().depth <= kMaxDepth, DataError,
@@ -226,7 +237,8 @@ class PickleStack {
   }
 
   /// Marks the memo slots stored from `written` on in the output as dropped: they were stored
-  /// inside a BUILD's state, which is not written, and may not be read.
+  /// inside a BUILD's state, or a parameter's requires_grad and hooks, which are not written, and
+  /// may not be read.
   void drop_slots_from(std::size_t written) {
     for (auto slot = memo_.rbegin(); slot != memo_.rend() && slot->written_at >= written; ++slot) {
       slot->dropped = true;
@@ -240,6 +252,8 @@ class PickleStack {
     std::size_t start = 0;
     int depth = 0;
     std::vector<std::uint32_t> slots;
+    bool rebuilds_parameter = false;    // torch._utils._rebuild_parameter (not written)
+    std::vector<std::size_t> elements;  // a tuple built here: where its elements start
   };
   struct Slot {
     int depth = 0;               // final once the slot is read: its object changes no more
@@ -248,16 +262,41 @@ class PickleStack {
     bool dropped = false;        // stored inside the state of a BUILD, which is not written
   };
 
-  /// Takes the items from `from` on, keeping the deepest in `taken_depth`.
-  void take(std::size_t from, int& taken_depth) {
-    for (auto i = from; i < items_.size(); ++i)
+  static bool is_tuple(unsigned char opcode) {
+    return opcode == kTuple || opcode == kTuple1 || opcode == kTuple2 || opcode == kTuple3;
+  }
+
+  /// Takes the items from `from` on, keeping the deepest in `taken_depth` and where each starts in
+  /// `starts`. torch._utils._rebuild_parameter, which is not written, may only be called: taken as
+  /// the first item when `calls_parameter_rebuild`.
+  void take(std::size_t from, int& taken_depth, std::vector<std::size_t>& starts,
+            bool calls_parameter_rebuild = false) {
+    for (auto i = from; i < items_.size(); ++i) {
       taken_depth = std::max(taken_depth, items_[i].depth);
+      starts.push_back(items_[i].start);
+      TORCHBUS_CHECK(!items_[i].rebuilds_parameter || (calls_parameter_rebuild && i == from),
+                     DataError,
+                     "the pickle uses torch._utils._rebuild_parameter other than by calling it "
+                     "(nn.Parameter's pickle calls it)");
+    }
     items_.resize(from);
+  }
+
+  /// For a REDUCE of torch._utils._rebuild_parameter: where the elements of its tuple of
+  /// arguments start (the data first); empty for every other instruction.
+  std::vector<std::size_t> parameter_arguments(const Instruction& instruction) const {
+    if (instruction.opcode != kReduce || !items_[items_.size() - 2].rebuilds_parameter) return {};
+    const auto& arguments = items_.back().elements;
+    TORCHBUS_CHECK(!arguments.empty(), DataError,
+                   "the pickle calls torch._utils._rebuild_parameter at byte ", instruction.at,
+                   " without a tuple of (data, requires_grad, backward_hooks) made there");
+    return arguments;
   }
 
   /// TUPLE, LIST, DICT, APPENDS and SETITEMS: takes the items above the topmost mark, and the
   /// mark; returns where the mark was written.
-  std::size_t close_mark(const Instruction& instruction, int& taken_depth) {
+  std::size_t close_mark(const Instruction& instruction, int& taken_depth,
+                         std::vector<std::size_t>& starts) {
     TORCHBUS_CHECK(!marks_.empty(), DataError, "the pickle closes a mark it never opened");
     const auto [level, mark_start] = marks_.back();
     marks_.pop_back();
@@ -267,7 +306,7 @@ class PickleStack {
                    instruction.at);
     TORCHBUS_CHECK(instruction.effect.pushes > 0 || level > floor(), DataError,
                    "the pickle adds items to nothing at byte ", instruction.at);
-    take(level, taken_depth);
+    take(level, taken_depth, starts);
     return mark_start;
   }
 
@@ -289,6 +328,8 @@ class PickleStack {
                                 : instruction.adds_below() ? 1
                                                            : 0;
     if (changed > 0) {
+      TORCHBUS_CHECK(!items_[items_.size() - changed].rebuilds_parameter, DataError,
+                     "the pickle changes torch._utils._rebuild_parameter at byte ", instruction.at);
       const auto& slots = items_[items_.size() - changed].slots;
       const bool read_back = std::any_of(slots.begin(), slots.end(),
                                          [&](std::uint32_t slot) { return memo_[slot].read; });
@@ -316,9 +357,10 @@ class PickleStack {
                    instruction.at, ", which it never stored");
     TORCHBUS_CHECK(!memo_[slot].dropped, DataError, "the pickle reads memo slot ", slot,
                    " at byte ", instruction.at,
-                   ", stored inside the state of a BUILD (which is dropped)");
+                   ", stored inside what the rewrite drops (a BUILD's state, or a parameter's "
+                   "requires_grad and hooks)");
     memo_[slot].read = true;
-    return {start, memo_[slot].depth, {slot}};
+    return {start, memo_[slot].depth, {slot}, false, {}};
   }
 
   /// What APPENDS, SETITEMS and SETITEM take, `depth` deep, goes into `target` (and its slots).
@@ -339,9 +381,11 @@ std::string unpicklable_state_dict(const std::string& pickle) {
   out.reserve(pickle.size() + 64);
   PickleStack stack;
   std::set<std::uint32_t> ordered_dict_memo;  // memo slots holding collections.OrderedDict
+  std::set<std::uint32_t> parameter_memo;     // memo slots holding _rebuild_parameter
   // 0: nothing pending; 1: OrderedDict is the callable on top; 2: its empty argument follows.
   int pending = 0;
   bool after_ordered_dict_global = false;
+  bool after_parameter_global = false;
   for (std::size_t at = 0; at < pickle.size();) {
     Instruction instruction;
     instruction.at = at;
@@ -351,6 +395,11 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     const auto size = instruction.size;
     const bool ordered_dict_global =
         opcode == kGlobal && pickle.compare(at + 1, size - 1, kOrderedDict) == 0;
+    const bool parameter_global =
+        opcode == kGlobal && pickle.compare(at + 1, size - 1, kRebuildParameter) == 0;
+    instruction.pushes_parameter_rebuild =
+        parameter_global ||
+        (instruction.memo_get() && parameter_memo.count(instruction.slot(pickle)) > 0);
     const auto taken = stack.follow(instruction, pickle, out.size());
     if (opcode == kProto) {
       const auto protocol = little_endian(pickle, at + 1, 1);
@@ -363,6 +412,17 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       ordered_dict_memo.insert(instruction.slot(pickle));
     } else if (instruction.memo_get() && ordered_dict_memo.count(instruction.slot(pickle)) > 0) {
       pending = 1;
+    } else if (instruction.memo_put() && after_parameter_global) {
+      parameter_memo.insert(instruction.slot(pickle));
+    } else if (instruction.pushes_parameter_rebuild) {
+      // Not written: the REDUCE that calls it writes its data alone.
+    } else if (!taken.parameter_arguments.empty()) {
+      // nn.Parameter: its data (a tensor) stands for it; requires_grad and the hooks are dropped
+      // (a state_dict's values are tensors; loading copies them into the module's parameters).
+      if (taken.parameter_arguments.size() > 1) {
+        out.erase(taken.parameter_arguments[1]);
+        stack.drop_slots_from(taken.parameter_arguments[1]);
+      }
     } else if (pending == 1 && opcode == kEmptyTuple) {
       pending = 2;
     } else if (pending == 2 && opcode == kReduce) {
@@ -386,6 +446,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       }
     }
     after_ordered_dict_global = ordered_dict_global;
+    after_parameter_global = parameter_global;
     at += size;
     if (opcode == kStop) break;  // what follows is not read
   }

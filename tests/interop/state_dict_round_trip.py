@@ -257,6 +257,28 @@ class Checks:
         self.check(result.returncode == 0 and result.stdout.strip() == path + ": ok",
                    "a file of shared objects loads: " + result.stdout + result.stderr)
 
+    def parameters(self):
+        """nn.Parameter values (state_dict(keep_vars=True), a dict of named_parameters()) pickle as
+        calls of torch._utils._rebuild_parameter: they load as their data, bit-equal; one
+        Parameter under two names and requires_grad=False ones too."""
+        model = network()
+        model.load_state_dict(patterned(5))
+        path = self.path("keep_vars.pt")
+        torch.save(model.state_dict(keep_vars=True), path)
+        with zipfile.ZipFile(path) as archive:
+            pickle = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        self.check(b"_rebuild_parameter" in pickle, "keep_vars=True pickles Parameters")
+        result = self.run_tool("expect", path)
+        self.check(result.returncode == 0, "Parameters load bit-equal: " + result.stderr)
+        shared = nn.Parameter(torch.arange(3.0))
+        frozen = {name: nn.Parameter(tensor, requires_grad=False)
+                  for name, tensor in patterned(5).items() if tensor.is_floating_point()}
+        path = self.path("parameters.pt")
+        torch.save(dict(patterned(5), **frozen, a=shared, b=shared), path)
+        result = self.run_tool("load", "--lax", path)
+        self.check(result.returncode == 0 and result.stdout.strip() == path + ": ok",
+                   "shared and frozen Parameters load: " + result.stdout + result.stderr)
+
     def forged(self):
         """Pickles no torch.save writes, in zips whose CRC-32s match (found by fuzzing): each is
         refused by name, where LibTorch's unpickler, which trusts the pickle, crashed, asked for
@@ -314,6 +336,18 @@ class Checks:
             ("odd_dict.pt", b"\x80\x02(X\x01\x00\x00\x00ad.", "a dict of an odd number of items"),
             # A key LibTorch cannot hash (a std::runtime_error).
             ("tuple_key.pt", b"\x80\x02(K\x01\x85K\x02d.", "Can't hash IValues"),
+            # torch._utils._rebuild_parameter (not written) used other than by calling it with a
+            # tuple: the items around it would be read in its place.
+            ("parameter_value.pt", b"\x80\x02}(X\x01\x00\x00\x00actorch._utils\n_rebuild_parameter"
+             b"\nu.", "uses torch._utils._rebuild_parameter other than by calling it"),
+            ("parameter_no_tuple.pt", b"\x80\x02ctorch._utils\n_rebuild_parameter\n]R.",
+             "calls torch._utils._rebuild_parameter at byte 36 without a tuple"),
+            ("parameter_changed.pt", b"\x80\x02ctorch._utils\n_rebuild_parameter\n}b.",
+             "changes torch._utils._rebuild_parameter at byte 36"),
+            # A slot stored inside a parameter's dropped hooks, read back.
+            ("parameter_dropped_slot.pt",
+             b"\x80\x02ctorch._utils\n_rebuild_parameter\n(K\x01K\x02q\x00t"
+             b"Rh\x00.", "reads memo slot 0 at byte 44, stored inside what the rewrite drops"),
             # A million nested tuples (a stack overflow when LibTorch frees them).
             ("nested.pt", b"\x80\x02N" + b"\x85" * 10**6 + b".", "nests deeper than 64 levels"),
         ]
@@ -351,6 +385,7 @@ def main():
     checks.unrecorded_crcs()
     checks.errors()
     checks.shared_objects()
+    checks.parameters()
     checks.forged()
     checks.check_rejected()
     if checks.failures:
