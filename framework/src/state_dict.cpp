@@ -2,6 +2,7 @@
 #include <torchbus/error.hpp>
 #include <torchbus/state_dict.hpp>
 
+#include <ATen/quantized/QTensorImpl.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
@@ -170,6 +171,15 @@ NamedTensors read_archive(const fs::path& path) {
   // The unpickler trusts the sizes the pickle gives: a damaged or forged file could make a
   // storage claim more bytes than its record holds, or a tensor reach past its storage.
   for (const auto& [name, tensor] : tensors) {
+    // torch.save writes a quantized tensor with its scale and zero point (_rebuild_qtensor); a
+    // quantized storage read as a plain tensor has none, and LibTorch asserts on its first use.
+    if (tensor.is_quantized() && dynamic_cast<const at::UnknownQuantizer*>(
+                                     at::get_qtensorimpl(tensor)->quantizer().get()) != nullptr) {
+      throw file_error(path,
+                       detail::concat("'", name, "' is a quantized tensor (", tensor.scalar_type(),
+                                      ") without its scale and zero point (the file is "
+                                      "damaged or forged)"));
+    }
     const auto found = record_sizes.find(tensor.storage().data());
     const std::size_t available = found == record_sizes.end() ? 0 : found->second;
     const std::size_t claimed = tensor.storage().nbytes();

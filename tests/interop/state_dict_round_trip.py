@@ -307,9 +307,9 @@ class Checks:
         def tuple_of(*items):
             return b"(" + b"".join(items) + b"t"
 
-        def one_tensor(offset, size, stride, numel):
+        def one_tensor(offset, size, stride, numel, storage_type=b"FloatStorage"):
             """{'w': a float tensor on record 0 of 40 bytes}, as torch.save pickles it."""
-            storage = tuple_of(text("storage"), b"ctorch\nFloatStorage\n", text("0"),
+            storage = tuple_of(text("storage"), b"ctorch\n" + storage_type + b"\n", text("0"),
                                text("cpu"), number(numel))
             tensor = (b"ctorch._utils\n_rebuild_tensor_v2\n"
                       + tuple_of(storage + b"Q", number(offset), tuple_of(number(size)),
@@ -363,6 +363,15 @@ class Checks:
         self.rejected("huge_storage.pt", one_tensor(0, 10, 1, 2**60),
                       ["'w' has a storage of 4611686018427387904 bytes, but its data record "
                        "holds 40"])
+        # A quantized storage read as a plain tensor: no scale and zero point (LibTorch asserts
+        # when it is used); torch.save's quantized tensors (_rebuild_qtensor) load.
+        self.rejected("quantized_storage.pt", one_tensor(0, 10, 1, 10, b"QInt8Storage"),
+                      ["'w' is a quantized tensor (QInt8) without its scale and zero point"])
+        quantized = self.path("quantized.pt")
+        torch.save({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)}, quantized)
+        result = self.run_tool("load", "--lax", quantized)
+        self.check(result.returncode == 0 and result.stdout.strip() == quantized + ": ok",
+                   "a quantized tensor torch.save wrote loads: " + result.stdout + result.stderr)
         self.rejected("small_storage.pt", one_tensor(0, 4, 1, 1),
                       ["'w' reaches 16 bytes into its storage, which holds 4"])
         try:
