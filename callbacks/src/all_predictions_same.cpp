@@ -69,7 +69,7 @@ void AllPredictionsSame::save_state(torch::serialize::OutputArchive& archive) co
 }
 
 void AllPredictionsSame::load_state(torch::serialize::InputArchive& archive) {
-  detections_ = read_value(archive, "detections").toInt();
+  detections_ = read_integer(archive, "detections", 0);
 }
 
 }  // namespace torchbus

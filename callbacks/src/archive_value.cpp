@@ -2,6 +2,8 @@
 #include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/error.hpp>
 
+#include <cmath>
+
 namespace torchbus {
 
 c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& key) {
@@ -9,6 +11,29 @@ c10::IValue read_value(torch::serialize::InputArchive& archive, const std::strin
   TORCHBUS_CHECK(archive.try_read(key, value), CheckpointError, "the checkpoint has no entry '",
                  key, "'; it was written by a different version or configuration of the callback");
   return value;
+}
+
+std::int64_t read_integer(torch::serialize::InputArchive& archive, const std::string& key,
+                          std::int64_t lowest, std::int64_t highest) {
+  const auto value = read_value(archive, key);
+  TORCHBUS_CHECK(value.isInt(), CheckpointError, "the checkpoint's entry '", key, "' is a ",
+                 value.tagKind(), "; expected an integer");
+  const auto number = value.toInt();
+  TORCHBUS_CHECK(number >= lowest && number <= highest, CheckpointError, "the checkpoint's entry '",
+                 key, "' is ", number, "; expected ", lowest, " to ", highest,
+                 " (damaged or forged)");
+  return number;
+}
+
+double read_non_negative(torch::serialize::InputArchive& archive, const std::string& key) {
+  const auto value = read_value(archive, key);
+  TORCHBUS_CHECK(value.isDouble(), CheckpointError, "the checkpoint's entry '", key, "' is a ",
+                 value.tagKind(), "; expected a floating-point number");
+  const auto number = value.toDouble();
+  TORCHBUS_CHECK(std::isfinite(number) && number >= 0.0, CheckpointError,
+                 "the checkpoint's entry '", key, "' is ", number,
+                 "; expected a finite number >= 0 (damaged or forged)");
+  return number;
 }
 
 }  // namespace torchbus

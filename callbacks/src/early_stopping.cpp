@@ -146,9 +146,9 @@ void EarlyStopping::save_state(torch::serialize::OutputArchive& archive) const {
 
 void EarlyStopping::load_state(torch::serialize::InputArchive& archive) {
   monitor_.load_state(archive);
-  best_step_ = read_value(archive, "best_step").toInt();
-  best_epoch_ = read_value(archive, "best_epoch").toInt();
-  stopped_epoch_ = read_value(archive, "stopped_epoch").toInt();
+  best_step_ = read_integer(archive, "best_step", -1);
+  best_epoch_ = read_integer(archive, "best_epoch", -1);
+  stopped_epoch_ = read_integer(archive, "stopped_epoch", -1);
   if (options_.restore_best_weights()) {
     const auto list = read_value(archive, "best_weights").toTensorList();
     best_weights_.assign(list.begin(), list.end());

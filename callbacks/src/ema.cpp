@@ -126,7 +126,7 @@ void EMA::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void EMA::load_state(torch::serialize::InputArchive& archive) {
-  updates_ = read_value(archive, "updates").toInt();
+  updates_ = read_integer(archive, "updates", 0);
   const auto list = read_value(archive, "average").toTensorList();
   average_.assign(list.begin(), list.end());
   tracked_.clear();  // matched against the model at the next step

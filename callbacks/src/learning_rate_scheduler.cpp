@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace torchbus {
 namespace {
@@ -267,15 +268,31 @@ void LearningRateScheduler::save_state(torch::serialize::OutputArchive& archive)
 }
 
 void LearningRateScheduler::load_state(torch::serialize::InputArchive& archive) {
-  t_ = read_value(archive, "t").toInt();
-  base_lrs_ = read_value(archive, "base_lrs").toDoubleVector();
-  lrs_ = read_value(archive, "lrs").toDoubleVector();
+  const auto t = read_integer(archive, "t", 0);
+  auto base_lrs = read_value(archive, "base_lrs").toDoubleVector();
+  auto lrs = read_value(archive, "lrs").toDoubleVector();
+  // One per parameter group (checked against the optimizer when the run starts), or none yet.
+  TORCHBUS_CHECK(lrs.empty() || lrs.size() == base_lrs.size(), CheckpointError,
+                 "LearningRateScheduler '", name(), "': the checkpoint holds ",
+                 detail::count_of(static_cast<long long>(base_lrs.size()), "base learning rate"),
+                 " but ", lrs.size(), " current ones (damaged or forged)");
+  for (const double lr : base_lrs) {
+    TORCHBUS_CHECK(std::isfinite(lr), CheckpointError, "LearningRateScheduler '", name(),
+                   "': the checkpoint holds the learning rate ", lr);
+  }
+  for (const double lr : lrs) {
+    TORCHBUS_CHECK(std::isfinite(lr), CheckpointError, "LearningRateScheduler '", name(),
+                   "': the checkpoint holds the learning rate ", lr);
+  }
   monitor_.load_state(archive);
-  cooldown_left_ = read_value(archive, "cooldown_left").toInt();
-  reductions_ = read_value(archive, "reductions").toInt();
+  t_ = t;
+  base_lrs_ = std::move(base_lrs);
+  lrs_ = std::move(lrs);
+  cooldown_left_ = read_integer(archive, "cooldown_left", 0);
+  reductions_ = read_integer(archive, "reductions", 0);
   if (kind_ == Kind::LibTorch) {
-    step_count(*libtorch_) =
-        static_cast<unsigned>(read_value(archive, "libtorch_step_count").toInt());
+    step_count(*libtorch_) = static_cast<unsigned>(
+        read_integer(archive, "libtorch_step_count", 0, std::numeric_limits<unsigned>::max()));
   }
   pending_apply_ = true;
 }

@@ -70,10 +70,10 @@ void MetricMonitor::load_state(torch::serialize::InputArchive& archive, const st
     return read_value(archive, prefix + key);
   };
   best_ = read("best").toDouble();
-  wait_ = read("wait").toInt();
-  last_count_ = read("last_count").toInt();
-  last_step_ = read("last_step").toInt();
-  last_epoch_ = read("last_epoch").toInt();
+  wait_ = read_integer(archive, prefix + "wait", 0);
+  last_count_ = read_integer(archive, prefix + "last_count", -1);
+  last_step_ = read_integer(archive, prefix + "last_step", -1);
+  last_epoch_ = read_integer(archive, prefix + "last_epoch", -1);
 }
 
 }  // namespace torchbus

@@ -307,10 +307,18 @@ void ModelCheckpoint::load_state(torch::serialize::InputArchive& archive) {
   archive.read("kept_steps", steps);
   const auto score_list = scores.toDoubleVector();
   const auto step_list = steps.toIntVector();
+  std::vector<std::string> lines;
   std::istringstream in(paths.toStringRef());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  TORCHBUS_CHECK(lines.size() == score_list.size() && lines.size() == step_list.size(),
+                 CheckpointError, "ModelCheckpoint '", name(), "': the checkpoint keeps ",
+                 detail::count_of(static_cast<long long>(lines.size()), "path"), ", ",
+                 detail::count_of(static_cast<long long>(score_list.size()), "score"), " and ",
+                 detail::count_of(static_cast<long long>(step_list.size()), "step"),
+                 " (damaged or forged)");
   kept_.clear();
-  std::size_t i = 0;
-  for (std::string line; std::getline(in, line) && i < score_list.size(); ++i) {
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& line = lines[i];
     // Earlier releases stored full paths: only the file name counts, in this run's folder.
     const auto path = options_.directory() / fs::path(line).filename();
     if (fs::exists(path)) kept_.push_back(Kept{path, score_list[i], step_list[i]});

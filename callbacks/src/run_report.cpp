@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>
 #include <torchbus/atomic_file.hpp>
+#include <torchbus/callbacks/archive_value.hpp>
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/error.hpp>
@@ -513,14 +514,14 @@ void RunReport::save_state(torch::serialize::OutputArchive& archive) const {
 void RunReport::load_state(torch::serialize::InputArchive& archive) {
   auto lr = read_series(archive, "lr");
   auto step_time = read_series(archive, "step_time");
-  c10::IValue elapsed, started;
-  archive.read("elapsed", elapsed);
-  archive.read("started", started);
+  const auto elapsed = read_non_negative(archive, "elapsed");
+  // Seconds since 1970 that the clock holds in nanoseconds (until the year 2242).
+  const auto started = read_integer(archive, "started", 0, std::int64_t{1} << 33);
   lr_ = std::move(lr);
   step_time_ = std::move(step_time);
-  elapsed_before_ = elapsed.toDouble();
+  elapsed_before_ = elapsed;
   if (in_action_) action_start_ = Clock::now();
-  started_ = std::chrono::system_clock::from_time_t(static_cast<std::time_t>(started.toInt()));
+  started_ = std::chrono::system_clock::from_time_t(static_cast<std::time_t>(started));
 }
 
 // ---- the HTML -----------------------------------------------------------------------------------

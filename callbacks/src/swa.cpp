@@ -207,8 +207,11 @@ void SWA::finish(const State& state) {
         name(), state.epoch, start_epoch_);
     return;
   }
-  detail::copy_weights(average_, detail::averaged_weights(state, options_.phase(),
-                                                          /*with_buffers=*/false, owner()));
+  const auto weights =
+      detail::averaged_weights(state, options_.phase(), /*with_buffers=*/false, owner());
+  const auto mismatch = detail::weights_mismatch(average_, weights, "the average");
+  TORCHBUS_CHECK(mismatch.empty(), CheckpointError, owner(), ": ", mismatch);
+  detail::copy_weights(average_, weights);
   update_batch_norm_at_end(state);
   logger()->info("SWA '{}': the model holds the average of {} epochs' weights", name(), averaged_);
 }
@@ -244,11 +247,11 @@ void SWA::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void SWA::load_state(torch::serialize::InputArchive& archive) {
-  averaged_ = read_value(archive, "averaged").toInt();
+  averaged_ = read_integer(archive, "averaged", 0);
   const auto list = read_value(archive, "average").toTensorList();
   average_.assign(list.begin(), list.end());
   base_lrs_ = read_value(archive, "base_lrs").toDoubleVector();
-  pending_epoch_ = read_value(archive, "pending_epoch").toInt();
+  pending_epoch_ = read_integer(archive, "pending_epoch", -1);
 }
 
 }  // namespace torchbus

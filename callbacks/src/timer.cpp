@@ -124,11 +124,14 @@ void Timer::save_state(torch::serialize::OutputArchive& archive) const {
 }
 
 void Timer::load_state(torch::serialize::InputArchive& archive) {
-  elapsed_before_ = read_value(archive, "elapsed").toDouble();
+  const auto elapsed = read_non_negative(archive, "elapsed");
+  const auto step_time_ema = read_non_negative(archive, "step_time_ema");
+  const auto samples_ema = read_non_negative(archive, "samples_ema");
+  steps_timed_ = read_integer(archive, "steps_timed", 0);
+  elapsed_before_ = elapsed;
   if (in_action_) action_start_ = now();
-  step_time_ema_ = read_value(archive, "step_time_ema").toDouble();
-  samples_ema_ = read_value(archive, "samples_ema").toDouble();
-  steps_timed_ = read_value(archive, "steps_timed").toInt();
+  step_time_ema_ = step_time_ema;
+  samples_ema_ = samples_ema;
 }
 
 }  // namespace torchbus

@@ -11,6 +11,7 @@
 #include "optimizer_state_copies.hpp"
 #include "type_name.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -248,10 +249,9 @@ CheckpointSection generators_section() {
             archive.write("cuda_rng", c10::IValue(c10::List<at::Tensor>(generators.cuda())));
           },
           [](CheckpointReader& reader) -> CheckpointSection::Apply {
-            return [generators =
-                        RngState(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector())] {
-              generators.restore();
-            };
+            RngState generators(reader.tensor("rng"), reader.value("cuda_rng").toTensorVector());
+            generators.check();  // before anything is applied
+            return [generators = std::move(generators)] { generators.restore(); };
           }};
 }
 
@@ -329,12 +329,26 @@ void save_metrics(OutputArchive& archive, const MetricHistory& history) {
 MetricSeries read_metrics(CheckpointReader& reader) {
   MetricSeries metrics;
   const auto names = detail::split_lines(reader.value("metric_names").toStringRef());
+  // A step or epoch as a double: an integer within what a double holds exactly (2^53).
+  const auto is_count = [](double value) {
+    return std::abs(value) <= 9007199254740992.0 && value == std::trunc(value);
+  };
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto points =
-        reader.tensor("metric_" + std::to_string(i)).to(torch::kCPU, torch::kDouble);
+    const auto key = "metric_" + std::to_string(i);
+    const auto stored = reader.tensor(key);
+    if (stored.dim() != 2 || stored.size(1) != 3 || !stored.is_floating_point()) {
+      reader.fail("has a malformed '", key, "' entry (metric '", names[i], "'): ", stored.sizes(),
+                  " ", stored.scalar_type(),
+                  " (expected N x 3 floating point: step, epoch, value)");
+    }
+    const auto points = stored.to(torch::kCPU, torch::kDouble).contiguous();
     auto view = points.accessor<double, 2>();
     std::vector<MetricPoint> series;
     for (std::int64_t j = 0; j < points.size(0); ++j) {
+      if (!is_count(view[j][0]) || !is_count(view[j][1])) {
+        reader.fail("has a malformed '", key, "' entry (metric '", names[i], "'): point ", j,
+                    " has step ", view[j][0], " and epoch ", view[j][1], " (expected integers)");
+      }
       series.push_back(MetricPoint{static_cast<std::int64_t>(view[j][0]),
                                    static_cast<std::int64_t>(view[j][1]), view[j][2]});
     }
@@ -422,7 +436,7 @@ void load_callbacks(CheckpointReader& reader, EventBus& bus) {
       callback->load_state(callback_archive);
     } catch (const std::exception& error) {
       reader.fail("holds state of callback '", callback->name(),
-                  "' it cannot load: ", error.what());
+                  "' it cannot load: ", detail::reason_of(error));
     }
   }
   for (const auto& name : names) {

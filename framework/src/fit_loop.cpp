@@ -460,6 +460,26 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
     }
     progress.epoch_end_points = std::move(points);
   }
+  // Counts beyond what a run reaches would overflow as the run counts on (a forged file).
+  const auto count_in_range = [](std::int64_t value, std::int64_t lowest) {
+    return value >= lowest && value <= kMaxCheckpointCount;
+  };
+  if (!count_in_range(progress.epoch, 0) || !count_in_range(progress.step, 0) ||
+      !count_in_range(progress.batch_in_epoch, 0) || !count_in_range(progress.global_batch, 0)) {
+    reader.fail("has a malformed 'position' entry: epoch ", progress.epoch, ", step ",
+                progress.step, ", batch ", progress.batch_in_epoch, ", global batch ",
+                progress.global_batch, " (expected counts from 0 to 2^62)");
+  }
+  if (!count_in_range(progress.world_size, 0) || !count_in_range(progress.batch_samples, 0) ||
+      !count_in_range(progress.validated_step, -1) ||
+      // 0: not recorded (older checkpoints); a resume on other ranks divides by it.
+      !count_in_range(progress.accumulate_grad_batches, progress.world_size > 0 ? 1 : 0)) {
+    reader.fail("has a malformed position: world_size ", progress.world_size,
+                ", accumulate_grad_batches ", progress.accumulate_grad_batches, ", batch_samples ",
+                progress.batch_samples, ", validated_step ", progress.validated_step,
+                " (expected counts up to 2^62, accumulate_grad_batches from 1 when world_size is "
+                "recorded)");
+  }
   return progress;
 }
 
@@ -512,6 +532,7 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
     progress.expected_batch_samples = global / k_here;
   }
   progress.epoch_start_rng = reader.tensor("epoch_start_rng");
+  RngState(progress.epoch_start_rng, {}).check();  // restored when the epoch's order is drawn
   return progress;
 }
 

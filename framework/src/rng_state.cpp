@@ -1,3 +1,4 @@
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <torch/cuda.h>
@@ -48,6 +49,18 @@ void RngState::restore() const {
     auto generator = cuda_generator(i);
     const std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(cuda_[i].cpu());
+  }
+}
+
+void RngState::check() const {
+  at::detail::createCPUGenerator().set_state(cpu_.cpu());  // a scratch one takes it as the default
+  const auto devices = visible_cuda_devices();
+  for (std::size_t i = 0; i < cuda_.size() && i < devices; ++i) {
+    auto generator = cuda_generator(i);
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    const auto current = generator.get_state();
+    generator.set_state(cuda_[i].cpu());  // checks before it changes anything
+    generator.set_state(current);
   }
 }
 

@@ -10,6 +10,11 @@
 
 namespace torchbus {
 
+/// The largest count (steps, epochs, batches, a callback's counters) a checkpoint may hold: 2^62,
+/// far beyond any run, so that counting on from it cannot overflow. A checkpoint holding a larger
+/// or a negative count is refused as damaged or forged.
+inline constexpr std::int64_t kMaxCheckpointCount = std::int64_t{1} << 62;
+
 /// A checkpoint of the run, passed to `Callback::on_save_checkpoint` and
 /// `Callback::on_load_checkpoint`: where it is and the position of the run it holds.
 struct Checkpoint {

@@ -21,6 +21,9 @@ class RngState {
 
   /// Puts every generator back in this state (CUDA devices not visible now are left out).
   void restore() const;
+  /// Throws LibTorch's error when restore() would: a state its generator does not take (another
+  /// dtype or size, an invalid Mersenne Twister state). Changes no generator.
+  void check() const;
   /// The CPU generator's state.
   const at::Tensor& cpu() const noexcept { return cpu_; }
   /// The CUDA generators' states, by device index (empty without CUDA).
