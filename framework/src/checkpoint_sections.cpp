@@ -8,6 +8,7 @@
 
 #include "bus_plumbing.hpp"
 #include "checkpoint_sections.hpp"
+#include "optimizer_param_state.hpp"
 #include "optimizer_state_copies.hpp"
 #include "type_name.hpp"
 
@@ -208,12 +209,21 @@ void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
     previous.push_back(bytes.str());
   }
   try {
-    for (std::size_t i = 0; i < phases.size(); ++i) phases[i].optimizer()->load(archives[i]);
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      auto& optimizer = *phases[i].optimizer();
+      optimizer.load(archives[i]);
+      // LibTorch's load takes any tensors: a forged file's would fail at the first step.
+      const auto mismatch = detail::param_state_mismatch(optimizer);
+      TORCHBUS_CHECK(mismatch.empty(), Error, "its optimizer",
+                     phases[i].name().empty() ? "" : " of phase '" + phases[i].name() + "'",
+                     " state is not one the optimizer keeps: ", mismatch, " (damaged or forged)");
+    }
   } catch (...) {
     for (std::size_t i = 0; i < phases.size(); ++i) {
       std::istringstream in(previous[i]);
       InputArchive restore;
       restore.load_from(in);
+      phases[i].optimizer()->state().clear();  // loading adds the saved entries only
       phases[i].optimizer()->load(restore);
     }
     throw;

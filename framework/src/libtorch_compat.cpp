@@ -5,6 +5,10 @@
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #define TORCHBUS_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -17,6 +21,30 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
 #else
   optimizer.zero_grad();
 #endif
+}
+
+namespace {
+
+/// The entry of `state` (an optimizer's state map) for the parameter of `impl`: its key is the
+/// TensorImpl printed into a string in 1.13, the pointer itself in 2.x.
+template <typename StateMap>
+auto find_state(StateMap& state, c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;
+    key << static_cast<const void*>(impl);
+    return state.find(key.str());
+  } else {
+    return state.find(impl);
+  }
+}
+
+}  // namespace
+
+torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer,
+                                                      const at::Tensor& parameter) {
+  auto& state = optimizer.state();
+  const auto found = find_state(state, parameter.unsafeGetTensorImpl());
+  return found == state.end() ? nullptr : found->second.get();
 }
 
 void use_classic_store_loop([[maybe_unused]] c10d::TCPStoreOptions& options) {

@@ -8,6 +8,10 @@ struct TCPStoreOptions;
 }
 namespace torch::optim {
 class Optimizer;
+class OptimizerParamState;
+}  // namespace torch::optim
+namespace at {
+class Tensor;
 }
 
 /// The differences between the LibTorch versions torchbus builds against (Debian 12's 1.13, Debian
@@ -18,6 +22,11 @@ namespace torchbus::detail {
 /// Fills every gradient of `optimizer`'s parameters with zeros, keeping its storage, as 1.13's
 /// `zero_grad()` does (2.x's `zero_grad()` releases them instead: `set_to_none` defaults to true).
 void zero_gradients(torch::optim::Optimizer& optimizer);
+
+/// The state `optimizer` keeps for `parameter` (nullptr: none yet). Its key is the parameter's
+/// TensorImpl: printed into a string in 1.13, the pointer itself in 2.x.
+torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer,
+                                                      const at::Tensor& parameter);
 
 /// Makes a TCPStore of `options` use its classic socket loop: LibTorch 2.4+ asks for libuv by
 /// default, which Debian's LibTorch is built without; 1.13 has only the classic one.

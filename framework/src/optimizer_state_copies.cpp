@@ -1,51 +1,19 @@
 #include "optimizer_state_copies.hpp"
 
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
-
-#include <optional>
+#include "optimizer_param_state.hpp"
 
 namespace torchbus::detail {
-namespace {
 
-using namespace torch::optim;
-
-/// The tensors of a known optimizer's per-parameter state; nothing for an unknown type.
-std::optional<std::vector<at::Tensor*>> state_tensors(OptimizerParamState& state) {
-  if (auto* sgd = dynamic_cast<SGDParamState*>(&state)) {
-    return std::vector<at::Tensor*>{&sgd->momentum_buffer()};
-  }
-  if (auto* adam = dynamic_cast<AdamParamState*>(&state)) {
-    return std::vector<at::Tensor*>{&adam->exp_avg(), &adam->exp_avg_sq(), &adam->max_exp_avg_sq()};
-  }
-  if (auto* adamw = dynamic_cast<AdamWParamState*>(&state)) {
-    return std::vector<at::Tensor*>{&adamw->exp_avg(), &adamw->exp_avg_sq(),
-                                    &adamw->max_exp_avg_sq()};
-  }
-  if (auto* adagrad = dynamic_cast<AdagradParamState*>(&state)) {
-    return std::vector<at::Tensor*>{&adagrad->sum()};
-  }
-  if (auto* rmsprop = dynamic_cast<RMSpropParamState*>(&state)) {
-    return std::vector<at::Tensor*>{&rmsprop->square_avg(), &rmsprop->momentum_buffer(),
-                                    &rmsprop->grad_avg()};
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-OptimizerStateCopies::OptimizerStateCopies(Optimizer& optimizer, TensorCopyPool& copies) {
+OptimizerStateCopies::OptimizerStateCopies(torch::optim::Optimizer& optimizer,
+                                           TensorCopyPool& copies) {
   std::vector<at::Tensor*> fields;
   for (auto& entry : optimizer.state()) {
-    auto tensors = state_tensors(*entry.second);
-    if (!tensors) {
+    const auto view = view_of(*entry.second);
+    if (!view) {
       copied_ = false;
       return;
     }
-    for (auto* tensor : *tensors) {
+    for (auto* tensor : view->tensors) {
       if (tensor->defined()) fields.push_back(tensor);
     }
   }

@@ -67,6 +67,18 @@ BOOST_AUTO_TEST_CASE(entries_no_run_writes_are_refused_naming_them_and_change_no
   }
   const auto scheduler = CallbackRun::entry(good, "learning_rate_scheduler", "");
   const auto float_points = torch::tensor({0.5, 1.0, 2.0}, torch::kDouble).reshape({1, 3});
+  // The Adam state of a parameter: its entries are named by LibTorch's serialization.
+  const auto paths = checkpoint_entry_paths(good);
+  const auto optimizer_entry = [&](const std::string& leaf) {
+    for (const auto& path : paths) {
+      if (path.rfind("optimizer/", 0) == 0 && path.size() > leaf.size() &&
+          path.compare(path.size() - leaf.size(), leaf.size(), leaf) == 0) {
+        return path;
+      }
+    }
+    BOOST_FAIL("the checkpoint has no optimizer entry ending in " << leaf);
+    return std::string();
+  };
   struct Forgery {
     std::string what;
     std::string entry;
@@ -93,6 +105,14 @@ BOOST_AUTO_TEST_CASE(entries_no_run_writes_are_refused_naming_them_and_change_no
        "generators section"},
       {"a float epoch order state", "epoch_start_rng", c10::IValue(torch::zeros({4})),
        "cannot be loaded"},
+      // Optimizer state LibTorch's load takes, which would fail at the first step (or count on
+      // from a negative step): refused, and the optimizer keeps its state.
+      {"Adam's first moment of another shape", optimizer_entry("/exp_avg"),
+       c10::IValue(torch::zeros({3})), "has a state tensor of [3] Float"},
+      {"Adam's second moment in half precision", optimizer_entry("/exp_avg_sq"),
+       c10::IValue(torch::zeros({3}, torch::kHalf)), "its optimizer state is not one"},
+      {"Adam's step -1", optimizer_entry("/step"), c10::IValue(std::int64_t{-1}),
+       "has step -1 (expected 0 to 2^62)"},
       // Callbacks: counts in range, lists of equal lengths, finite rates and times.
       {"EarlyStopping waiting 2^63 - 1 checks", CallbackRun::entry(good, "early_stopping", "wait"),
        c10::IValue(kInt64Max), "'wait' is 9223372036854775807; expected 0 to 4611686018427387904"},
@@ -132,6 +152,7 @@ BOOST_AUTO_TEST_CASE(entries_no_run_writes_are_refused_naming_them_and_change_no
       const auto after = snapshot_parameters(*target.model);
       for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(torch::equal(after[i], before[i]));
       BOOST_TEST(target.trainer.state().step == 0);
+      BOOST_TEST(target.optimizer.state().empty());  // as fresh as before
     }
   }
   // The same rewrite of an entry with its own value loads: the forgeries alone were refused.

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace torchbus::testing {
 
@@ -71,7 +72,44 @@ inline void copy_replacing(torch::serialize::InputArchive& from,
   write_entry(to, path, *value);
 }
 
+/// Appends to `paths` the path of every entry of `archive` (sections too, as "<key>/"), each
+/// prefixed with `prefix`.
+inline void list_entries(torch::serialize::InputArchive& archive, const std::string& prefix,
+                         std::vector<std::string>& paths) {
+  for (const auto& key : archive.keys()) {
+    if (key == "training") continue;
+    torch::serialize::InputArchive nested;
+    c10::IValue stored;
+    const bool is_bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
+    const auto name = is_bytes ? key.substr(0, key.size() - 6) : key;
+    bool is_section = archive.try_read(key, nested);
+    if (!is_section && is_bytes && archive.try_read(key, stored) && stored.isTensor()) {
+      const auto bytes = stored.toTensor().contiguous();
+      std::istringstream in(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+      nested.load_from(in);
+      is_section = true;
+    }
+    if (is_section) {
+      paths.push_back(prefix + name + "/");
+      list_entries(nested, prefix + name + "/", paths);
+    } else {
+      paths.push_back(prefix + key);
+    }
+  }
+}
+
 }  // namespace checkpoint_entries_detail
+
+/// The path of every entry of the checkpoint `file`, as rewrite_checkpoint_entry takes them
+/// ("position", "optimizer/state/.../exp_avg"); sections end with '/'.
+inline std::vector<std::string> checkpoint_entry_paths(const std::filesystem::path& file) {
+  std::istringstream in(read_checkpoint_payload(file));
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  std::vector<std::string> paths;
+  checkpoint_entries_detail::list_entries(archive, "", paths);
+  return paths;
+}
 
 /// Writes to `out` the checkpoint `file` with its entry `path` (e.g. "position", or
 /// "callback_2/wait" inside the section of the third callback) replaced by `value`, or removed when
