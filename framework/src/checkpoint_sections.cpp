@@ -8,6 +8,7 @@
 
 #include "bus_plumbing.hpp"
 #include "checkpoint_sections.hpp"
+#include "libtorch_compat.hpp"
 #include "optimizer_param_state.hpp"
 #include "optimizer_state_copies.hpp"
 #include "type_name.hpp"
@@ -211,7 +212,7 @@ void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
   try {
     for (std::size_t i = 0; i < phases.size(); ++i) {
       auto& optimizer = *phases[i].optimizer();
-      optimizer.load(archives[i]);
+      detail::load_optimizer(optimizer, archives[i]);  // also a 1.13 archive under 2.x
       // LibTorch's load takes any tensors: a forged file's would fail at the first step.
       const auto mismatch = detail::param_state_mismatch(optimizer);
       TORCHBUS_CHECK(mismatch.empty(), Error, "its optimizer",

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -25,6 +26,48 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
 
 namespace {
 
+#if TORCHBUS_TORCH_AT_LEAST(2, 0)
+/// A TensorImpl's address as 1.13 names it ("0x55d1..."), in decimal as 2.x does; `text` itself
+/// when it is not such a name.
+std::string decimal_address(const std::string& text) {
+  const bool hexadecimal = text.size() > 2 && text.compare(0, 2, "0x") == 0 &&
+                           text.find_first_not_of("0123456789abcdef", 2) == std::string::npos;
+  return hexadecimal ? std::to_string(std::stoull(text, nullptr, 16)) : text;
+}
+
+/// Copies `from` into `to`, with every key and string value that is a 1.13 address made decimal:
+/// sections as sections, parameters and buffers as buffers, other entries as values.
+void copy_with_decimal_addresses(torch::serialize::InputArchive& from,
+                                 torch::serialize::OutputArchive& to) {
+  for (const auto& key : from.keys()) {
+    if (key == "training") continue;  // every archive's own module attribute
+    const auto name = decimal_address(key);
+    torch::serialize::InputArchive section;
+    at::Tensor tensor;
+    c10::IValue value;
+    if (from.try_read(key, section)) {
+      torch::serialize::OutputArchive copy(to.compilation_unit());
+      copy_with_decimal_addresses(section, copy);
+      to.write(name, copy);
+    } else if (from.try_read(key, tensor)) {
+      to.write(name, tensor, /*is_buffer=*/true);
+    } else if (from.try_read(key, value)) {
+      to.write(name, value.isString() ? c10::IValue(decimal_address(value.toStringRef())) : value);
+    }
+  }
+}
+
+/// Whether the optimizer archive `archive` names its states as 1.13 does.
+bool names_states_in_hexadecimal(torch::serialize::InputArchive& archive) {
+  torch::serialize::InputArchive state;
+  if (!archive.try_read("state", state)) return false;
+  for (const auto& key : state.keys()) {
+    if (decimal_address(key) != key) return true;
+  }
+  return false;
+}
+#endif
+
 /// The entry of `state` (an optimizer's state map) for the parameter of `impl`: its key is the
 /// TensorImpl printed into a string in 1.13, the pointer itself in 2.x.
 template <typename StateMap>
@@ -39,6 +82,23 @@ auto find_state(StateMap& state, c10::TensorImpl* impl) {
 }
 
 }  // namespace
+
+void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+#if TORCHBUS_TORCH_AT_LEAST(2, 0)
+  if (names_states_in_hexadecimal(archive)) {
+    torch::serialize::OutputArchive copy;
+    copy_with_decimal_addresses(archive, copy);
+    std::ostringstream bytes;
+    copy.save_to(bytes);
+    std::istringstream in(bytes.str());
+    torch::serialize::InputArchive translated;
+    translated.load_from(in);
+    optimizer.load(translated);
+    return;
+  }
+#endif
+  optimizer.load(archive);
+}
 
 torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer,
                                                       const at::Tensor& parameter) {

@@ -13,6 +13,9 @@ class OptimizerParamState;
 namespace at {
 class Tensor;
 }
+namespace torch::serialize {
+class InputArchive;
+}
 
 /// The differences between the LibTorch versions torchbus builds against (Debian 12's 1.13, Debian
 /// 13's 2.6, the official 2.x), each behind one version check, so that the rest of the framework
@@ -22,6 +25,12 @@ namespace torchbus::detail {
 /// Fills every gradient of `optimizer`'s parameters with zeros, keeping its storage, as 1.13's
 /// `zero_grad()` does (2.x's `zero_grad()` releases them instead: `set_to_none` defaults to true).
 void zero_gradients(torch::optim::Optimizer& optimizer);
+
+/// Loads `archive`, as `Optimizer::save` wrote it under any LibTorch version, into `optimizer`.
+/// 1.13 names each parameter's state by its TensorImpl's address in hexadecimal ("0x55d1..."), 2.x
+/// in decimal, and 2.x reads a hexadecimal name as 0: every parameter would get one parameter's
+/// state, or none. Under 2.x such names are made decimal first.
+void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive);
 
 /// The state `optimizer` keeps for `parameter` (nullptr: none yet). Its key is the parameter's
 /// TensorImpl: printed into a string in 1.13, the pointer itself in 2.x.

@@ -118,6 +118,17 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_an_earlier_torchbus_loads_into_its_model) {
   BOOST_TEST(val_loss.back().value == 2.3434765338897705);
   BOOST_TEST(!torch::equal(model->parameters()[0], initial));
   BOOST_TEST(model->parameters()[0].sizes() == at::IntArrayRef({4, 32}));
+  // Adam's state of every parameter, as the run left it: LibTorch 1.13 wrote the file, and 2.x
+  // reads 1.13's names of the states as 0 unless they are translated (each parameter would get
+  // the last one's state, or none).
+  for (const auto& parameter : model->parameters()) {
+    const auto* state = optimizer_state_of(adam, parameter);
+    BOOST_TEST_REQUIRE(state != nullptr);
+    const auto& moments = static_cast<const torch::optim::AdamParamState&>(*state);
+    BOOST_TEST(moments.step() == 6);
+    BOOST_TEST(moments.exp_avg().sizes() == parameter.sizes());
+    BOOST_TEST(moments.exp_avg_sq().sizes() == parameter.sizes());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
