@@ -30,9 +30,9 @@ double read_non_negative(torch::serialize::InputArchive& archive, const std::str
   TORCHBUS_CHECK(value.isDouble(), CheckpointError, "the checkpoint's entry '", key, "' is a ",
                  value.tagKind(), "; expected a floating-point number");
   const auto number = value.toDouble();
-  TORCHBUS_CHECK(std::isfinite(number) && number >= 0.0, CheckpointError,
-                 "the checkpoint's entry '", key, "' is ", number,
-                 "; expected a finite number >= 0 (damaged or forged)");
+  TORCHBUS_CHECK(number >= 0.0 && number <= kMaxCheckpointQuantity, CheckpointError,
+                 "the checkpoint's entry '", key, "' is ", number, "; expected 0 to ",
+                 kMaxCheckpointQuantity, " (damaged or forged)");
   return number;
 }
 

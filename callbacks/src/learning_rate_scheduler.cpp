@@ -276,13 +276,12 @@ void LearningRateScheduler::load_state(torch::serialize::InputArchive& archive) 
                  "LearningRateScheduler '", name(), "': the checkpoint holds ",
                  detail::count_of(static_cast<long long>(base_lrs.size()), "base learning rate"),
                  " but ", lrs.size(), " current ones (damaged or forged)");
-  for (const double lr : base_lrs) {
-    TORCHBUS_CHECK(std::isfinite(lr), CheckpointError, "LearningRateScheduler '", name(),
-                   "': the checkpoint holds the learning rate ", lr);
-  }
-  for (const double lr : lrs) {
-    TORCHBUS_CHECK(std::isfinite(lr), CheckpointError, "LearningRateScheduler '", name(),
-                   "': the checkpoint holds the learning rate ", lr);
+  for (const auto* rates : {&base_lrs, &lrs}) {
+    for (const double lr : *rates) {
+      TORCHBUS_CHECK(std::isfinite(lr) && lr >= 0.0, CheckpointError, "LearningRateScheduler '",
+                     name(), "': the checkpoint holds the learning rate ", lr,
+                     " (expected finite and >= 0)");
+    }
   }
   monitor_.load_state(archive);
   t_ = t;

@@ -45,6 +45,10 @@ std::string weights_mismatch(const std::vector<at::Tensor>& kept,
       return concat("tensor ", i, " of ", kept_name, " has shape ", kept[i].sizes(),
                     ", the model's has ", weights[i].sizes());
     }
+    if (kept[i].scalar_type() != weights[i].scalar_type()) {
+      return concat("tensor ", i, " of ", kept_name, " is ", kept[i].scalar_type(),
+                    ", the model's is ", weights[i].scalar_type());
+    }
   }
   return "";
 }

@@ -31,8 +31,8 @@ std::vector<at::Tensor> model_weights(torch::nn::Module& model, bool with_buffer
 std::vector<at::Tensor> averaged_weights(const State& state, const std::string& phase,
                                          bool with_buffers, const std::string& owner);
 
-/// Why `kept` cannot be copied into `weights` (their counts or a shape differ), or "" when it
-/// can; `kept_name` says what `kept` is, e.g. "the checkpoint's averages".
+/// Why `kept` cannot be copied into `weights` (their counts, a shape or a dtype differ), or "" when
+/// it can; `kept_name` says what `kept` is, e.g. "the checkpoint's averages".
 std::string weights_mismatch(const std::vector<at::Tensor>& kept,
                              const std::vector<at::Tensor>& weights, const std::string& kept_name);
 

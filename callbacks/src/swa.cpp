@@ -251,6 +251,10 @@ void SWA::load_state(torch::serialize::InputArchive& archive) {
   const auto list = read_value(archive, "average").toTensorList();
   average_.assign(list.begin(), list.end());
   base_lrs_ = read_value(archive, "base_lrs").toDoubleVector();
+  for (const double lr : base_lrs_) {
+    TORCHBUS_CHECK(std::isfinite(lr) && lr >= 0.0, CheckpointError, owner(),
+                   ": the checkpoint holds the learning rate ", lr, " (expected finite and >= 0)");
+  }
   pending_epoch_ = read_integer(archive, "pending_epoch", -1);
 }
 

@@ -427,13 +427,16 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
     reader.fail("has a malformed 'epoch_order_drawn' entry");
   }
   progress.order_drawn = order_drawn.isBool() ? order_drawn.toBool() : progress.batch_in_epoch > 0;
-  const auto ranks = reader.optional_value("world_size");
-  if (ranks.isInt()) progress.world_size = ranks.toInt();
+  // Entries later versions added: absent in older checkpoints, an integer when present.
+  const auto optional_integer = [&reader](const char* key, std::int64_t& into) {
+    const auto value = reader.optional_value(key);
+    if (!value.isNone() && !value.isInt()) reader.fail("has a malformed '", key, "' entry");
+    if (value.isInt()) into = value.toInt();
+  };
+  optional_integer("world_size", progress.world_size);
   progress.accumulate_grad_batches = reader.value("accumulate_grad_batches").toInt();
-  const auto batch_samples = reader.optional_value("batch_samples");
-  if (batch_samples.isInt()) progress.batch_samples = batch_samples.toInt();
-  const auto validated_step = reader.optional_value("validated_step");
-  if (validated_step.isInt()) progress.validated_step = validated_step.toInt();
+  optional_integer("batch_samples", progress.batch_samples);
+  optional_integer("validated_step", progress.validated_step);
   const auto names = reader.optional_value("epoch_end_point_names");
   const auto ranges = reader.optional_tensor("epoch_end_point_ranges");
   if (names.isNone() != !ranges.defined() || (!names.isNone() && !names.isString())) {

@@ -25,8 +25,12 @@ c10::IValue read_value(torch::serialize::InputArchive& archive, const std::strin
 std::int64_t read_integer(torch::serialize::InputArchive& archive, const std::string& key,
                           std::int64_t lowest, std::int64_t highest = kMaxCheckpointCount);
 
-/// The floating-point number stored under `key`, which must be finite and >= 0 (a duration, a
-/// rate); throws CheckpointError naming the key and the value otherwise.
+/// The largest duration (seconds) or rate a checkpoint may hold: 1e12, far beyond any run, so
+/// that it converts to any integer type a report prints it as.
+inline constexpr double kMaxCheckpointQuantity = 1e12;
+
+/// The floating-point number stored under `key`, which must lie in 0..kMaxCheckpointQuantity (a
+/// duration, a rate); throws CheckpointError naming the key and the value otherwise.
 double read_non_negative(torch::serialize::InputArchive& archive, const std::string& key);
 
 }  // namespace torchbus
