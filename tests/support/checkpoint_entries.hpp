@@ -30,6 +30,29 @@ inline void write_entry(torch::serialize::OutputArchive& to, const std::string& 
   }
 }
 
+/// Whether `key` of `archive` is a section: a nested archive, or one the trainer serialized into
+/// "<name>_bytes"; reads it into `section` and its name (without "_bytes") into `name`.
+inline bool read_section(torch::serialize::InputArchive& archive, const std::string& key,
+                         torch::serialize::InputArchive& section, std::string& name) {
+  const bool is_bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
+  name = is_bytes ? key.substr(0, key.size() - 6) : key;
+  if (archive.try_read(key, section)) return true;
+  c10::IValue stored;
+  if (!is_bytes || !archive.try_read(key, stored) || !stored.isTensor()) return false;
+  const auto bytes = stored.toTensor().contiguous();
+  std::istringstream in(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+  section.load_from(in);
+  return true;
+}
+
+/// The payload archive of the checkpoint `file`.
+inline torch::serialize::InputArchive payload_archive(const std::filesystem::path& file) {
+  std::istringstream in(read_checkpoint_payload(file));
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  return archive;
+}
+
 /// Copies `from` into `to`, with the entry `path` ("a/b": entry b of the section a) replaced by
 /// `value` (removed when nullopt; added when `from` has none). A section the trainer serialized
 /// into "<key>_bytes" is copied as the nested section "<key>", which the reader takes alike.
@@ -42,26 +65,15 @@ inline void copy_replacing(torch::serialize::InputArchive& from,
   bool found = false;
   for (const auto& key : from.keys()) {
     if (key == "training") continue;  // the archive's own module attribute
-    const bool is_bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
-    const auto name = is_bytes ? key.substr(0, key.size() - 6) : key;
     torch::serialize::InputArchive nested;
-    c10::IValue stored;
-    bool is_section = from.try_read(key, nested);
-    if (!is_section) {
-      from.read(key, stored);
-      if (is_bytes && stored.isTensor()) {
-        const auto bytes = stored.toTensor().contiguous();
-        std::istringstream in(
-            std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
-        nested.load_from(in);
-        is_section = true;
-      }
-    }
-    if (is_section) {
+    std::string name;
+    if (read_section(from, key, nested, name)) {
       torch::serialize::OutputArchive copy;
       copy_replacing(nested, copy, name == head ? rest : std::string(), value);
       to.write(name, copy);
     } else if (key != path) {
+      c10::IValue stored;
+      from.read(key, stored);
       write_entry(to, key, stored);
     } else {
       found = true;
@@ -79,17 +91,8 @@ inline void list_entries(torch::serialize::InputArchive& archive, const std::str
   for (const auto& key : archive.keys()) {
     if (key == "training") continue;
     torch::serialize::InputArchive nested;
-    c10::IValue stored;
-    const bool is_bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
-    const auto name = is_bytes ? key.substr(0, key.size() - 6) : key;
-    bool is_section = archive.try_read(key, nested);
-    if (!is_section && is_bytes && archive.try_read(key, stored) && stored.isTensor()) {
-      const auto bytes = stored.toTensor().contiguous();
-      std::istringstream in(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
-      nested.load_from(in);
-      is_section = true;
-    }
-    if (is_section) {
+    std::string name;
+    if (read_section(archive, key, nested, name)) {
       paths.push_back(prefix + name + "/");
       list_entries(nested, prefix + name + "/", paths);
     } else {
@@ -103,9 +106,7 @@ inline void list_entries(torch::serialize::InputArchive& archive, const std::str
 /// The path of every entry of the checkpoint `file`, as rewrite_checkpoint_entry takes them
 /// ("position", "optimizer/state/.../exp_avg"); sections end with '/'.
 inline std::vector<std::string> checkpoint_entry_paths(const std::filesystem::path& file) {
-  std::istringstream in(read_checkpoint_payload(file));
-  torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  auto archive = checkpoint_entries_detail::payload_archive(file);
   std::vector<std::string> paths;
   checkpoint_entries_detail::list_entries(archive, "", paths);
   return paths;
@@ -117,10 +118,8 @@ inline std::vector<std::string> checkpoint_entry_paths(const std::filesystem::pa
 inline void rewrite_checkpoint_entry(const std::filesystem::path& file, const std::string& path,
                                      const std::optional<c10::IValue>& value,
                                      const std::filesystem::path& out) {
-  const auto payload = read_checkpoint_payload(file);
-  std::istringstream in(payload);
-  torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  const auto payload_size = read_checkpoint_payload(file).size();
+  auto archive = checkpoint_entries_detail::payload_archive(file);
   torch::serialize::OutputArchive copy;
   checkpoint_entries_detail::copy_replacing(archive, copy, path, value);
   std::ostringstream bytes;
@@ -129,15 +128,13 @@ inline void rewrite_checkpoint_entry(const std::filesystem::path& file, const st
   const std::string original((std::istreambuf_iterator<char>(original_file)),
                              std::istreambuf_iterator<char>());
   std::ofstream(out, std::ios::binary | std::ios::trunc)
-      << reframe_checkpoint(original, payload.size(), bytes.str());
+      << reframe_checkpoint(original, payload_size, bytes.str());
 }
 
 /// The section ("callback_N") that holds the state of the callback `name` in the checkpoint
 /// `file`; throws std::runtime_error when it holds none.
 inline std::string callback_section(const std::filesystem::path& file, const std::string& name) {
-  std::istringstream in(read_checkpoint_payload(file));
-  torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  auto archive = checkpoint_entries_detail::payload_archive(file);
   c10::IValue names;
   archive.read("callback_names", names);
   std::istringstream lines(names.toStringRef());
