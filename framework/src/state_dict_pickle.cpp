@@ -50,6 +50,9 @@ enum Opcode : unsigned char {
 constexpr const char* kOrderedDict = "collections\nOrderedDict\n";
 /// What nn.Parameter pickles as: a call of it with (data, requires_grad, backward_hooks).
 constexpr const char* kRebuildParameter = "torch._utils\n_rebuild_parameter\n";
+/// What an nn.Parameter with attributes of its own pickles as under PyTorch 2.x: a call of it with
+/// (data, requires_grad, backward_hooks, state), the state holding the attributes.
+constexpr const char* kRebuildParameterWithState = "torch._utils\n_rebuild_parameter_with_state\n";
 
 /// Deeper nesting is refused: a state_dict nests a few levels, and LibTorch's unpickler (and the
 /// destruction of what it built) recurse once per level, so a forged pickle of a million nested
@@ -237,12 +240,25 @@ class PickleStack {
   }
 
   /// Marks the memo slots stored from `written` on in the output as dropped: they were stored
-  /// inside a BUILD's state, or a parameter's requires_grad and hooks, which are not written, and
-  /// may not be read.
+  /// inside a BUILD's state, or a parameter's requires_grad, hooks and state, which are not
+  /// written, and may only be read back inside what is dropped too. The reads of dropped slots
+  /// from `written` on were such reads.
   void drop_slots_from(std::size_t written) {
     for (auto slot = memo_.rbegin(); slot != memo_.rend() && slot->written_at >= written; ++slot) {
       slot->dropped = true;
     }
+    while (!dropped_reads_.empty() && dropped_reads_.back().written_at >= written) {
+      dropped_reads_.pop_back();
+    }
+  }
+
+  /// At the end of the pickle: throws DataError for a dropped slot read back in what is written.
+  void check_dropped_reads() const {
+    if (dropped_reads_.empty()) return;
+    const auto& first = dropped_reads_.front();
+    throw DataError(concat("the pickle reads memo slot ", first.slot, " at byte ", first.at,
+                           ", stored inside what the rewrite drops (a BUILD's state, or a "
+                           "parameter's requires_grad, hooks and state)"));
   }
 
  private:
@@ -260,6 +276,11 @@ class PickleStack {
     bool read = false;           // read back: its object may not change
     std::size_t written_at = 0;  // where in the output it was stored
     bool dropped = false;        // stored inside the state of a BUILD, which is not written
+  };
+  struct DroppedRead {
+    std::size_t written_at = 0;  // where in the output the GET would be
+    std::uint32_t slot = 0;
+    std::size_t at = 0;  // where in the pickle
   };
 
   static bool is_tuple(unsigned char opcode) {
@@ -289,7 +310,7 @@ class PickleStack {
     const auto& arguments = items_.back().elements;
     TORCHBUS_CHECK(!arguments.empty(), DataError,
                    "the pickle calls torch._utils._rebuild_parameter at byte ", instruction.at,
-                   " without a tuple of (data, requires_grad, backward_hooks) made there");
+                   " without a tuple of (data, requires_grad, backward_hooks[, state]) made there");
     return arguments;
   }
 
@@ -355,10 +376,8 @@ class PickleStack {
     const auto slot = instruction.slot(pickle);
     TORCHBUS_CHECK(slot < memo_.size(), DataError, "the pickle reads memo slot ", slot, " at byte ",
                    instruction.at, ", which it never stored");
-    TORCHBUS_CHECK(!memo_[slot].dropped, DataError, "the pickle reads memo slot ", slot,
-                   " at byte ", instruction.at,
-                   ", stored inside what the rewrite drops (a BUILD's state, or a parameter's "
-                   "requires_grad and hooks)");
+    // Decided when what it is read into is dropped too, or at the end (check_dropped_reads).
+    if (memo_[slot].dropped) dropped_reads_.push_back({start, slot, instruction.at});
     memo_[slot].read = true;
     return {start, memo_[slot].depth, {slot}, false, {}};
   }
@@ -372,6 +391,7 @@ class PickleStack {
   std::vector<Item> items_;
   std::vector<std::pair<std::size_t, std::size_t>> marks_;  // (stack size, where in the output)
   std::vector<Slot> memo_;                                  // slots 0, 1, ... in order
+  std::vector<DroppedRead> dropped_reads_;  // of dropped slots, in output order, not yet dropped
 };
 
 }  // namespace
@@ -396,7 +416,8 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     const bool ordered_dict_global =
         opcode == kGlobal && pickle.compare(at + 1, size - 1, kOrderedDict) == 0;
     const bool parameter_global =
-        opcode == kGlobal && pickle.compare(at + 1, size - 1, kRebuildParameter) == 0;
+        opcode == kGlobal && (pickle.compare(at + 1, size - 1, kRebuildParameter) == 0 ||
+                              pickle.compare(at + 1, size - 1, kRebuildParameterWithState) == 0);
     instruction.pushes_parameter_rebuild =
         parameter_global ||
         (instruction.memo_get() && parameter_memo.count(instruction.slot(pickle)) > 0);
@@ -417,12 +438,17 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     } else if (instruction.pushes_parameter_rebuild) {
       // Not written: the REDUCE that calls it writes its data alone.
     } else if (!taken.parameter_arguments.empty()) {
-      // nn.Parameter: its data (a tensor) stands for it; requires_grad and the hooks are dropped
-      // (a state_dict's values are tensors; loading copies them into the module's parameters).
-      if (taken.parameter_arguments.size() > 1) {
-        out.erase(taken.parameter_arguments[1]);
-        stack.drop_slots_from(taken.parameter_arguments[1]);
+      // nn.Parameter: its data (a tensor) stands for it; requires_grad, the hooks and the
+      // attributes' state are dropped (a state_dict's values are tensors; loading copies them into
+      // the module's parameters).
+      const auto& arguments = taken.parameter_arguments;
+      if (arguments.size() > 1) {
+        out.erase(arguments[1]);
+        stack.drop_slots_from(arguments[1]);
       }
+      // A tuple of four (the state's call) opens with a MARK before its data: dropped too. The
+      // tuple is the REDUCE's last item; what it wrote before the data is that MARK.
+      out.erase(taken.last, arguments[0] - taken.last);
     } else if (pending == 1 && opcode == kEmptyTuple) {
       pending = 2;
     } else if (pending == 2 && opcode == kReduce) {
@@ -450,6 +476,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
     at += size;
     if (opcode == kStop) break;  // what follows is not read
   }
+  stack.check_dropped_reads();
   return out;
 }
 

@@ -11,6 +11,8 @@ Run by ctest with Debian's /usr/bin/python3 (python3-torch, the same PyTorch 1.1
 """
 
 import argparse
+import collections
+import contextlib
 import os
 import struct
 import subprocess
@@ -39,6 +41,33 @@ def patterned(salt):
     state = network().state_dict()
     names = sorted(state)
     return {name: pattern(tensor, names.index(name), salt) for name, tensor in state.items()}
+
+
+@contextlib.contextmanager
+def parameters_pickled_with_state():
+    """nn.Parameter pickled as PyTorch 2.x pickles one with attributes, under a PyTorch without
+    torch._utils._rebuild_parameter_with_state (1.13); as it is where PyTorch has it."""
+    if hasattr(torch._utils, "_rebuild_parameter_with_state"):
+        yield
+        return
+
+    def _rebuild_parameter_with_state(data, requires_grad, backward_hooks, state):
+        parameter = nn.Parameter(data, requires_grad)
+        parameter.__dict__.update(state)
+        return parameter
+
+    _rebuild_parameter_with_state.__module__ = "torch._utils"
+    _rebuild_parameter_with_state.__qualname__ = "_rebuild_parameter_with_state"
+    torch._utils._rebuild_parameter_with_state = _rebuild_parameter_with_state
+    reduce = nn.Parameter.__reduce_ex__
+    nn.Parameter.__reduce_ex__ = lambda self, protocol: (
+        _rebuild_parameter_with_state,
+        (self.data, self.requires_grad, collections.OrderedDict(), self.__dict__))
+    try:
+        yield
+    finally:
+        nn.Parameter.__reduce_ex__ = reduce
+        del torch._utils._rebuild_parameter_with_state
 
 
 class Checks:
@@ -278,6 +307,23 @@ class Checks:
         result = self.run_tool("load", "--lax", path)
         self.check(result.returncode == 0 and result.stdout.strip() == path + ": ok",
                    "shared and frozen Parameters load: " + result.stdout + result.stderr)
+        # Attributes of a Parameter's own (as libraries set them): PyTorch 2.x pickles them as
+        # the state of a call of torch._utils._rebuild_parameter_with_state (a tuple of four, made
+        # with a MARK); 1.13 leaves them out, and is made to pickle them as 2.x does here. Values
+        # the attributes of several Parameters share are read back from the memo.
+        for number, parameter in enumerate(model.parameters()):
+            parameter._is_hf_initialized = True
+            parameter.origin = {"dtype": torch.float16, "shape": [number, 2], "note": "ok"}
+        path = self.path("attributes.pt")
+        with parameters_pickled_with_state():
+            torch.save(model.state_dict(keep_vars=True), path)
+        with zipfile.ZipFile(path) as archive:
+            pickle = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        self.check(b"_rebuild_parameter_with_state" in pickle,
+                   "Parameters with attributes pickle their state")
+        result = self.run_tool("expect", path)
+        self.check(result.returncode == 0,
+                   "Parameters with attributes load bit-equal: " + result.stderr)
 
     def forged(self):
         """Pickles no torch.save writes, in zips whose CRC-32s match (found by fuzzing): each is
