@@ -8,7 +8,6 @@
 
 #include <sstream>
 #include <string>
-#include <type_traits>
 
 #define TORCHBUS_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -24,9 +23,9 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
 #endif
 }
 
+#if TORCHBUS_TORCH_AT_LEAST(2, 0)
 namespace {
 
-#if TORCHBUS_TORCH_AT_LEAST(2, 0)
 /// A TensorImpl's address as 1.13 names it ("0x55d1..."), in decimal as 2.x does; `text` itself
 /// when it is not such a name.
 std::string decimal_address(const std::string& text) {
@@ -66,22 +65,9 @@ bool names_states_in_hexadecimal(torch::serialize::InputArchive& archive) {
   }
   return false;
 }
-#endif
-
-/// The entry of `state` (an optimizer's state map) for the parameter of `impl`: its key is the
-/// TensorImpl printed into a string in 1.13, the pointer itself in 2.x.
-template <typename StateMap>
-auto find_state(StateMap& state, c10::TensorImpl* impl) {
-  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
-    std::ostringstream key;
-    key << static_cast<const void*>(impl);
-    return state.find(key.str());
-  } else {
-    return state.find(impl);
-  }
-}
 
 }  // namespace
+#endif
 
 void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
 #if TORCHBUS_TORCH_AT_LEAST(2, 0)
@@ -98,13 +84,6 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
   }
 #endif
   optimizer.load(archive);
-}
-
-torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer,
-                                                      const at::Tensor& parameter) {
-  auto& state = optimizer.state();
-  const auto found = find_state(state, parameter.unsafeGetTensorImpl());
-  return found == state.end() ? nullptr : found->second.get();
 }
 
 void use_classic_store_loop([[maybe_unused]] c10d::TCPStoreOptions& options) {

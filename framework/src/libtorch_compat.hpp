@@ -32,11 +32,6 @@ void zero_gradients(torch::optim::Optimizer& optimizer);
 /// state, or none. Under 2.x such names are made decimal first.
 void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive);
 
-/// The state `optimizer` keeps for `parameter` (nullptr: none yet). Its key is the parameter's
-/// TensorImpl: printed into a string in 1.13, the pointer itself in 2.x.
-torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer,
-                                                      const at::Tensor& parameter);
-
 /// Makes a TCPStore of `options` use its classic socket loop: LibTorch 2.4+ asks for libuv by
 /// default, which Debian's LibTorch is built without; 1.13 has only the classic one.
 void use_classic_store_loop(c10d::TCPStoreOptions& options);

@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 #include <torchbus/checkpoint.hpp>
 #include <torchbus/error.hpp>
+#include <torchbus/optimizer_state.hpp>
 
 #include "libtorch_compat.hpp"
 

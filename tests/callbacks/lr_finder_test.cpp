@@ -5,9 +5,9 @@
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
-#include <support/optimizer_state.hpp>
 #include <support/scratch.hpp>
 #include <torchbus/callbacks/lr_finder.hpp>
+#include <torchbus/optimizer_state.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -44,7 +44,7 @@ std::vector<at::Tensor> weights_of(torch::nn::Module& model) {
 std::vector<at::Tensor> adam_state(torch::optim::Adam& optimizer) {
   std::vector<at::Tensor> tensors;
   for (const auto& parameter : optimizer.param_groups()[0].params()) {
-    const auto* found = torchbus::testing::optimizer_state_of(optimizer, parameter);
+    const auto* found = torchbus::optimizer_state_of(optimizer, parameter);
     if (found == nullptr) continue;
     const auto& state = static_cast<const torch::optim::AdamParamState&>(*found);
     tensors.push_back(torch::tensor(state.step()));

@@ -4,7 +4,7 @@
 // the rows of every batch it trains on: for exact-resume tests, in-process and across a kill.
 
 #include <torch/torch.h>
-#include <support/optimizer_state.hpp>
+#include <torchbus/optimizer_state.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <string>

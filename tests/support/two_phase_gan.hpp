@@ -4,7 +4,7 @@
 // the hand-written LibTorch loop that does what the trainer's phases do.
 
 #include <torch/torch.h>
-#include <support/optimizer_state.hpp>
+#include <torchbus/optimizer_state.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <memory>

@@ -26,6 +26,7 @@
 #include <torchbus/metric_history.hpp>
 #include <torchbus/metric_names.hpp>
 #include <torchbus/optimizer_phase.hpp>
+#include <torchbus/optimizer_state.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/rng_state.hpp>
