@@ -6,6 +6,7 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/rng_state.hpp>
 
+#include "archive_bytes.hpp"
 #include "bus_plumbing.hpp"
 #include "checkpoint_sections.hpp"
 #include "libtorch_compat.hpp"
@@ -203,11 +204,9 @@ void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
                                 std::vector<InputArchive>& archives) {
   std::vector<std::string> previous;
   for (const auto& phase : phases) {
-    std::ostringstream bytes;
     OutputArchive backup;
     phase.optimizer()->save(backup);
-    backup.save_to(bytes);
-    previous.push_back(bytes.str());
+    previous.push_back(detail::archive_bytes(backup));
   }
   try {
     for (std::size_t i = 0; i < phases.size(); ++i) {
@@ -221,9 +220,7 @@ void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
     }
   } catch (...) {
     for (std::size_t i = 0; i < phases.size(); ++i) {
-      std::istringstream in(previous[i]);
-      InputArchive restore;
-      restore.load_from(in);
+      auto restore = detail::archive_of_bytes(previous[i]);
       phases[i].optimizer()->state().clear();  // loading adds the saved entries only
       phases[i].optimizer()->load(restore);
     }

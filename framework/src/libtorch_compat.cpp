@@ -6,7 +6,8 @@
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <sstream>
+#include "archive_bytes.hpp"
+
 #include <string>
 
 #define TORCHBUS_TORCH_AT_LEAST(major, minor) \
@@ -74,11 +75,7 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
   if (names_states_in_hexadecimal(archive)) {
     torch::serialize::OutputArchive copy;
     copy_with_decimal_addresses(archive, copy);
-    std::ostringstream bytes;
-    copy.save_to(bytes);
-    std::istringstream in(bytes.str());
-    torch::serialize::InputArchive translated;
-    translated.load_from(in);
+    auto translated = archive_of_bytes(archive_bytes(copy));
     optimizer.load(translated);
     return;
   }
