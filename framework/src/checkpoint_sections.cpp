@@ -14,9 +14,11 @@
 #include "optimizer_state_copies.hpp"
 #include "type_name.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -361,6 +363,19 @@ MetricSeries read_metrics(CheckpointReader& reader) {
                                    static_cast<std::int64_t>(view[j][1]), view[j][2]});
     }
     metrics.emplace_back(names[i], std::move(series));
+  }
+  // One series per name: a name listed twice would drop a series, one missing would leave its
+  // series out and give the next name's series to the names after it.
+  std::set<std::string> listed;
+  for (const auto& name : names) {
+    if (!listed.insert(name).second) {
+      reader.fail("has a malformed 'metric_names' entry: metric '", name, "' is listed twice");
+    }
+  }
+  const auto extra = "metric_" + std::to_string(names.size());
+  if (reader.optional_tensor(extra).defined()) {
+    reader.fail("has a malformed 'metric_names' entry: it names ", names.size(),
+                " metrics, and the checkpoint holds an entry '", extra, "' beyond them");
   }
   return metrics;
 }

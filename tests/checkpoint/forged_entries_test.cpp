@@ -91,6 +91,10 @@ BOOST_AUTO_TEST_CASE(entries_no_run_writes_are_refused_naming_them_and_change_no
        "has a malformed 'metric_0' entry"},
       {"a point of a fractional step", "metric_0", c10::IValue(float_points),
        "point 0 has step 0.5 and epoch 1 (expected integers)"},
+      {"no metric names for the series", "metric_names", c10::IValue(std::string()),
+       "it names 0 metrics, and the checkpoint holds an entry 'metric_0' beyond them"},
+      {"a metric name listed twice", "metric_names", c10::IValue(std::string("a\na")),
+       "metric 'a' is listed twice"},
       // The position: counts from 0 to 2^62.
       {"a step of 2^63 - 1", "position", c10::IValue(std::vector<std::int64_t>{1, kInt64Max, 2, 6}),
        "has a malformed 'position'"},
