@@ -4,6 +4,8 @@
 #include <torch/cuda.h>
 #include <torchbus/rng_state.hpp>
 
+#include "cuda_rng_layout.hpp"
+
 #include <mutex>
 
 namespace torchbus {
@@ -48,7 +50,8 @@ void RngState::restore() const {
   for (std::size_t i = 0; i < cuda_.size() && i < devices; ++i) {
     auto generator = cuda_generator(i);
     const std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(cuda_[i].cpu());
+    const auto live_size = generator.get_state().numel();
+    generator.set_state(detail::cuda_generator_state_in_layout(cuda_[i].cpu(), live_size));
   }
 }
 
@@ -56,11 +59,15 @@ void RngState::check() const {
   at::detail::createCPUGenerator().set_state(cpu_.cpu());  // a scratch one takes it as the default
   const auto devices = visible_cuda_devices();
   for (std::size_t i = 0; i < cuda_.size() && i < devices; ++i) {
+    // Tried on a copy: CUDA's set_state sets the seed before it checks the offset, and resets
+    // the generator's cuDNN dropout bookkeeping.
     auto generator = cuda_generator(i);
-    const std::lock_guard<std::mutex> lock(generator.mutex());
-    const auto current = generator.get_state();
-    generator.set_state(cuda_[i].cpu());  // checks before it changes anything
-    generator.set_state(current);
+    auto scratch = [&generator] {
+      const std::lock_guard<std::mutex> lock(generator.mutex());
+      return generator.clone();
+    }();
+    const auto live_size = scratch.get_state().numel();
+    scratch.set_state(detail::cuda_generator_state_in_layout(cuda_[i].cpu(), live_size));
   }
 }
 

@@ -19,10 +19,12 @@ class RngState {
   RngState(at::Tensor cpu, std::vector<at::Tensor> cuda)
       : cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
 
-  /// Puts every generator back in this state (CUDA devices not visible now are left out).
+  /// Puts every generator back in this state (CUDA devices not visible now are left out). A CUDA
+  /// state saved by LibTorch up to 2.0 (816 bytes) is taken by 2.1 and later, and the reverse.
   void restore() const;
   /// Throws LibTorch's error when restore() would: a state its generator does not take (another
-  /// dtype or size, an invalid Mersenne Twister state). Changes no generator.
+  /// dtype or size, an invalid Mersenne Twister state, a Philox offset not a multiple of 4). Tries
+  /// each state on a copy of its generator: changes no generator.
   void check() const;
   /// The CPU generator's state.
   const at::Tensor& cpu() const noexcept { return cpu_; }
