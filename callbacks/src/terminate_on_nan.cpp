@@ -190,15 +190,17 @@ void TerminateOnNaN::send_to_host(const at::Tensor& probes, const State& state) 
                  0,
                  0});
   }
-  in_flight_.push_back(std::move(spare_.back()));
+  auto flight = std::move(spare_.back());
   spare_.pop_back();
-  auto& flight = in_flight_.back();
   flight.host.copy_(probes, /*non_blocking=*/true);
   const c10::impl::VirtualGuardImpl device(probes.device().type());
   flight.copied.record(device.getStream(probes.device()));
   flight.checks.assign(checks_.begin(), checks_.end());
   flight.step = state.step;
   flight.epoch = state.epoch;
+  // In flight once its copy is queued and recorded: a copy that threw (an earlier CUDA error
+  // surfacing) leaves no entry whose unrecorded event would read as done.
+  in_flight_.push_back(std::move(flight));
 }
 
 bool TerminateOnNaN::read_in_flight(State& state, bool wait) {
