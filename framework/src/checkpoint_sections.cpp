@@ -224,7 +224,7 @@ void load_optimizers_or_restore(const std::vector<OptimizerPhase>& phases,
     for (std::size_t i = 0; i < phases.size(); ++i) {
       auto restore = detail::archive_of_bytes(previous[i]);
       phases[i].optimizer()->state().clear();  // loading adds the saved entries only
-      phases[i].optimizer()->load(restore);
+      detail::load_optimizer(*phases[i].optimizer(), restore);  // the options too
     }
     throw;
   }

@@ -1,7 +1,13 @@
 #include "libtorch_compat.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/lbfgs.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -70,6 +76,54 @@ bool names_states_in_hexadecimal(torch::serialize::InputArchive& archive) {
 }  // namespace
 #endif
 
+namespace {
+
+/// Sets each parameter group's options (an optimizer's whose options are `Options`) to those
+/// `archive` holds, as Optimizer::save wrote them: "param_groups/<i>/options".
+template <typename Options>
+void load_group_options_as(torch::optim::Optimizer& optimizer,
+                           torch::serialize::InputArchive& archive) {
+  torch::serialize::InputArchive groups;
+  if (!archive.try_read("param_groups", groups)) return;
+  auto& param_groups = optimizer.param_groups();
+  for (std::size_t i = 0; i < param_groups.size(); ++i) {
+    torch::serialize::InputArchive group;
+    torch::serialize::InputArchive saved;
+    if (!groups.try_read("param_groups/" + std::to_string(i), group) ||
+        !group.try_read("options", saved)) {
+      continue;
+    }
+    Options options(0.0);
+    options.serialize(saved);
+    static_cast<Options&>(param_groups[i].options()) = options;
+  }
+}
+
+/// Sets the groups' options of a known optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, LBFGS) to
+/// those `archive` holds: LibTorch 1.13's Optimizer::load keeps the optimizer's own (2.6, like
+/// Python's load_state_dict, takes the saved ones), so a learning rate or weight decay the run
+/// changed itself would come back as the optimizer was made with. Done under every version, as
+/// the versions in between are not all known.
+void load_group_options(torch::optim::Optimizer& optimizer,
+                        torch::serialize::InputArchive& archive) {
+  using namespace torch::optim;
+  if (dynamic_cast<SGD*>(&optimizer) != nullptr) {
+    load_group_options_as<SGDOptions>(optimizer, archive);
+  } else if (dynamic_cast<Adam*>(&optimizer) != nullptr) {
+    load_group_options_as<AdamOptions>(optimizer, archive);
+  } else if (dynamic_cast<AdamW*>(&optimizer) != nullptr) {
+    load_group_options_as<AdamWOptions>(optimizer, archive);
+  } else if (dynamic_cast<Adagrad*>(&optimizer) != nullptr) {
+    load_group_options_as<AdagradOptions>(optimizer, archive);
+  } else if (dynamic_cast<RMSprop*>(&optimizer) != nullptr) {
+    load_group_options_as<RMSpropOptions>(optimizer, archive);
+  } else if (dynamic_cast<LBFGS*>(&optimizer) != nullptr) {
+    load_group_options_as<LBFGSOptions>(optimizer, archive);
+  }
+}
+
+}  // namespace
+
 void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
 #if TORCHBUS_TORCH_AT_LEAST(2, 0)
   if (names_states_in_hexadecimal(archive)) {
@@ -81,6 +135,7 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
   }
 #endif
   optimizer.load(archive);
+  load_group_options(optimizer, archive);  // 2.6 has set the same; 1.13 has not
 }
 
 void use_classic_store_loop([[maybe_unused]] c10d::TCPStoreOptions& options) {

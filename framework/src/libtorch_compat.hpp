@@ -29,7 +29,9 @@ void zero_gradients(torch::optim::Optimizer& optimizer);
 /// Loads `archive`, as `Optimizer::save` wrote it under any LibTorch version, into `optimizer`.
 /// 1.13 names each parameter's state by its TensorImpl's address in hexadecimal ("0x55d1..."), 2.x
 /// in decimal, and 2.x reads a hexadecimal name as 0: every parameter would get one parameter's
-/// state, or none. Under 2.x such names are made decimal first.
+/// state, or none. Under 2.x such names are made decimal first. The groups' options (lr, betas,
+/// weight decay...) are the archive's, as Python's load_state_dict makes them: 1.13's load keeps
+/// the optimizer's own (for SGD, Adam, AdamW, Adagrad, RMSprop and LBFGS).
 void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive);
 
 /// Makes a TCPStore of `options` use its classic socket loop: LibTorch 2.4+ asks for libuv by

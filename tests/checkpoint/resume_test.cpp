@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 using namespace torchbus;
 using namespace torchbus::testing;
@@ -22,9 +23,14 @@ struct Killed : std::runtime_error {
 
 /// Runs until `event` at `count` (state.step for StepEnd, else state.epoch: its first such event),
 /// saves, dies.
+/// What a test adds to each of its runs.
+using Setup = std::function<void(ResumeRun&)>;
+
 std::vector<std::string> interrupted_run(Event event, std::int64_t count, const fs::path& file,
-                                         Precision precision = Precision::Float32) {
+                                         Precision precision = Precision::Float32,
+                                         const Setup& setup = {}) {
   ResumeRun run(5, "", precision);
+  if (setup) setup(run);
   run.trainer.on(event, [&](State& s) {
     if ((event == Event::StepEnd ? s.step : s.epoch) == count) {
       run.trainer.save_checkpoint(file);
@@ -36,14 +42,16 @@ std::vector<std::string> interrupted_run(Event event, std::int64_t count, const 
 }
 
 void check_resume(Event event, std::int64_t count, const std::string& name,
-                  Precision precision = Precision::Float32) {
+                  Precision precision = Precision::Float32, const Setup& setup = {}) {
   ResumeRun uninterrupted(5, "", precision);
+  if (setup) setup(uninterrupted);
   uninterrupted.fit();
   const auto file = scratch("resume", name) / "checkpoint.tbckpt";
-  const auto before = interrupted_run(event, count, file, precision);
+  const auto before = interrupted_run(event, count, file, precision, setup);
 
   // Other initial weights: the checkpoint must restore them.
   ResumeRun resumed(/*init_seed=*/99, "", precision);
+  if (setup) setup(resumed);
   resumed.trainer.resume_from(file);
   resumed.fit();
 
@@ -88,6 +96,28 @@ BOOST_AUTO_TEST_CASE(mid_epoch_under_bf16_autocast) {
 
 BOOST_AUTO_TEST_CASE(mid_epoch) {
   check_resume(Event::StepEnd, 6, "step6");
+}
+
+// Options a run changes on its optimizer itself (no scheduler keeps them): a learning rate halved
+// and a weight decay set at each epoch's end. The checkpoint's are the run's (LibTorch 1.13's
+// Optimizer::load leaves the optimizer's own; 2.x and Python's load_state_dict take the saved).
+BOOST_AUTO_TEST_CASE(with_the_optimizer_options_the_run_changed) {
+  const Setup decay = [](ResumeRun& run) {
+    run.trainer.on(Event::EpochEnd, [&optimizer = run.optimizer](State&) {
+      auto& options =
+          static_cast<torch::optim::AdamOptions&>(optimizer.param_groups()[0].options());
+      options.lr(options.lr() / 2).weight_decay(options.weight_decay() + 0.01);
+    });
+  };
+  check_resume(Event::StepEnd, 6, "options_changed", Precision::Float32, decay);
+  // The options as the checkpoint holds them, loaded into an optimizer made with others.
+  ResumeRun resumed(99);
+  resumed.trainer.load_checkpoint(fs::temp_directory_path() / "torchbus_resume_options_changed" /
+                                  "checkpoint.tbckpt");  // check_resume's (scratch() empties it)
+  const auto& options =
+      static_cast<const torch::optim::AdamOptions&>(resumed.optimizer.param_groups()[0].options());
+  BOOST_TEST(options.lr() == 1e-2 / 2);  // one epoch ended before step 6
+  BOOST_TEST(options.weight_decay() == 0.01);
 }
 BOOST_AUTO_TEST_CASE(after_the_last_step_of_an_epoch) {
   check_resume(Event::StepEnd, 8, "step8");
