@@ -130,7 +130,7 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
     torch::serialize::OutputArchive copy;
     copy_with_decimal_addresses(archive, copy);
     auto translated = archive_of_bytes(archive_bytes(copy));
-    optimizer.load(translated);
+    load_optimizer(optimizer, translated);  // its names are decimal
     return;
   }
 #endif
