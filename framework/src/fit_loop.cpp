@@ -493,6 +493,12 @@ FitProgress FitLoop::read(detail::CheckpointReader& reader,
   // says so). Checkpoints written before accumulation schedules had one k for every epoch.
   const auto k = progress.accumulate_grad_batches;
   const auto k_epoch = reader.optional_value("accumulate_grad_batches_epoch");
+  // The epoch of that k: the checkpoint's own or the one before it (absent in older checkpoints).
+  if (!k_epoch.isNone() &&
+      (!k_epoch.isInt() || k_epoch.toInt() < 0 || k_epoch.toInt() > progress.epoch)) {
+    reader.fail("has a malformed 'accumulate_grad_batches_epoch' entry: ", k_epoch,
+                " (expected an epoch from 0 to the checkpoint's, ", progress.epoch, ")");
+  }
   const auto k_here = k_epoch.isInt() ? configured.accumulate_grad_batches_at(k_epoch.toInt())
                                       : configured.accumulate_grad_batches();
   // Another number of ranks may step on the same global batch with another k.

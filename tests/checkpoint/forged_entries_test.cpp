@@ -102,6 +102,12 @@ BOOST_AUTO_TEST_CASE(entries_no_run_writes_are_refused_naming_them_and_change_no
        "epoch -1, step 6"},
       {"accumulation 0 with the ranks recorded", "accumulate_grad_batches",
        c10::IValue(std::int64_t{0}), "accumulate_grad_batches 0"},
+      {"the accumulation's epoch after the checkpoint's", "accumulate_grad_batches_epoch",
+       c10::IValue(std::int64_t{5}),
+       "'accumulate_grad_batches_epoch' entry: 5 (expected an epoch "
+       "from 0 to the checkpoint's, 1)"},
+      {"the accumulation's epoch as text", "accumulate_grad_batches_epoch",
+       c10::IValue(std::string("1")), "malformed 'accumulate_grad_batches_epoch'"},
       // Generator states the generators do not take: refused before anything is applied.
       {"a float CPU generator state", "rng", c10::IValue(torch::zeros({5056})),
        "generators section"},
