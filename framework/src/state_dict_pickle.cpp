@@ -252,6 +252,22 @@ class PickleStack {
     }
   }
 
+  /// What was written from `from` on in the output moved by `by` bytes (the rewrite inserted or
+  /// erased bytes before it): the positions kept of it move too.
+  void shift_positions(std::size_t from, std::ptrdiff_t by) {
+    const auto shift = [from, by](std::size_t& position) {
+      if (position >= from)
+        position = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(position) + by);
+    };
+    for (auto& item : items_) {
+      shift(item.start);
+      for (auto& element : item.elements) shift(element);
+    }
+    for (auto& mark : marks_) shift(mark.second);
+    for (auto& slot : memo_) shift(slot.written_at);
+    for (auto& read : dropped_reads_) shift(read.written_at);
+  }
+
   /// At the end of the pickle: throws DataError for a dropped slot read back in what is written.
   void check_dropped_reads() const {
     if (dropped_reads_.empty()) return;
@@ -308,7 +324,8 @@ class PickleStack {
   std::vector<std::size_t> parameter_arguments(const Instruction& instruction) const {
     if (instruction.opcode != kReduce || !items_[items_.size() - 2].rebuilds_parameter) return {};
     const auto& arguments = items_.back().elements;
-    TORCHBUS_CHECK(!arguments.empty(), DataError,
+    // Two at least: the tuple's closing instruction then goes with what is dropped.
+    TORCHBUS_CHECK(arguments.size() >= 2, DataError,
                    "the pickle calls torch._utils._rebuild_parameter at byte ", instruction.at,
                    " without a tuple of (data, requires_grad, backward_hooks[, state]) made there");
     return arguments;
@@ -423,6 +440,8 @@ std::string unpicklable_state_dict(const std::string& pickle) {
         (instruction.memo_get() && parameter_memo.count(instruction.slot(pickle)) > 0);
     const auto taken = stack.follow(instruction, pickle, out.size());
     if (opcode == kProto) {
+      TORCHBUS_CHECK(at == 0, DataError, "the pickle names its protocol again at byte ", at,
+                     "; torch.save names it once, at byte 0");
       const auto protocol = little_endian(pickle, at + 1, 1);
       TORCHBUS_CHECK(protocol <= 2, DataError, "the pickle has protocol ", protocol,
                      "; state_dicts are read in torch.save's default pickle_protocol=2");
@@ -448,7 +467,9 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       }
       // A tuple of four (the state's call) opens with a MARK before its data: dropped too. The
       // tuple is the REDUCE's last item; what it wrote before the data is that MARK.
-      out.erase(taken.last, arguments[0] - taken.last);
+      const auto mark_size = arguments[0] - taken.last;
+      out.erase(taken.last, mark_size);
+      stack.shift_positions(arguments[0], -static_cast<std::ptrdiff_t>(mark_size));
     } else if (pending == 1 && opcode == kEmptyTuple) {
       pending = 2;
     } else if (pending == 2 && opcode == kReduce) {
@@ -461,6 +482,7 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       if (opcode == kSetItem) {
         // LibTorch reads SETITEMS only: a mark before the key (the first item taken) makes one.
         out.insert(taken.first, 1, static_cast<char>(kMark));
+        stack.shift_positions(taken.first, 1);
         out.push_back(static_cast<char>(kSetItems));
       } else if (opcode == kBuild) {
         // BUILD sets an OrderedDict's attributes (a state_dict's `_metadata`): the attributes

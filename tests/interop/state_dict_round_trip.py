@@ -364,6 +364,7 @@ class Checks:
             return archive(b"\x80\x02ccollections\nOrderedDict\n)R(" + text("w") + tensor + b"u.",
                            {"0": bytes(40)})
 
+        with_state = b"ctorch._utils\n_rebuild_parameter_with_state\n"
         cases = [
             # An instruction taking items from below the topmost mark (a segfault in LibTorch).
             ("below_mark.pt", b"\x80\x02K\x01K\x02(\x86d.", "takes more items than it pushed"),
@@ -394,6 +395,17 @@ class Checks:
             ("parameter_dropped_slot.pt",
              b"\x80\x02ctorch._utils\n_rebuild_parameter\n(K\x01K\x02q\x00t"
              b"Rh\x00.", "reads memo slot 0 at byte 44, stored inside what the rewrite drops"),
+            # A parameter's tuple of one: its closing TUPLE would be left without its MARK.
+            ("parameter_one_argument.pt", b"\x80\x02}(X\x01\x00\x00\x00k" + with_state
+             + b"(K\x01tRu.", "at byte 58 without a tuple of (data, requires_grad"),
+            # A dropped slot read inside nested parameters' data, whose MARKs are dropped, then
+            # a BUILD whose state starts where that read was before the MARKs went: the read
+            # stays written and is refused.
+            ("parameter_nested_dropped_slot.pt", b"\x80\x02}}q\x00bX\x01\x00\x00\x00k"
+             + with_state + b"(" + with_state + b"(h\x00NNNtRNNNtRNbs.",
+             "reads memo slot 0 at byte 103, stored inside what the rewrite drops"),
+            # The protocol named again (a second PROTO would be copied where LibTorch reads it).
+            ("proto_again.pt", b"\x80\x02}\x80\x02.", "names its protocol again at byte 3"),
             # A million nested tuples (a stack overflow when LibTorch frees them).
             ("nested.pt", b"\x80\x02N" + b"\x85" * 10**6 + b".", "nests deeper than 64 levels"),
         ]
