@@ -460,11 +460,9 @@ std::string unpicklable_state_dict(const std::string& pickle) {
       // nn.Parameter: its data (a tensor) stands for it; requires_grad, the hooks and the
       // attributes' state are dropped (a state_dict's values are tensors; loading copies them into
       // the module's parameters).
-      const auto& arguments = taken.parameter_arguments;
-      if (arguments.size() > 1) {
-        out.erase(arguments[1]);
-        stack.drop_slots_from(arguments[1]);
-      }
+      const auto& arguments = taken.parameter_arguments;  // two at least (parameter_arguments)
+      out.erase(arguments[1]);
+      stack.drop_slots_from(arguments[1]);
       // A tuple of four (the state's call) opens with a MARK before its data: dropped too. The
       // tuple is the REDUCE's last item; what it wrote before the data is that MARK.
       const auto mark_size = arguments[0] - taken.last;
