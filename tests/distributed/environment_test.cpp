@@ -7,7 +7,7 @@
 #include <support/recorder.hpp>
 #include <torchbus/torchbus.hpp>
 
-#include "libtorch_compat.hpp"  // zeroing gradients, whatever the LibTorch version
+#include "interop/libtorch_compat.hpp"  // zeroing gradients, whatever the LibTorch version
 
 #include <map>
 #include <set>

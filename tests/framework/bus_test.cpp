@@ -2,7 +2,7 @@
 #include <support/errors.hpp>
 #include <torchbus/torchbus.hpp>
 
-#include "bus_plumbing.hpp"  // filter counts, private to torchbus_framework
+#include "bus/plumbing.hpp"  // filter counts, private to torchbus_framework
 
 #include <chrono>
 #include <string>

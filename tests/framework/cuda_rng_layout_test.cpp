@@ -5,7 +5,7 @@
 #include <ATen/Functions.h>
 #include <boost/test/unit_test.hpp>
 
-#include "cuda_rng_layout.hpp"  // private to torchbus_framework
+#include "interop/cuda_rng_layout.hpp"  // private to torchbus_framework
 
 #include <cstdint>
 #include <cstring>

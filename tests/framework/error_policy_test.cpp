@@ -8,7 +8,7 @@
 #include <support/all_roles.hpp>
 #include <torchbus/torchbus.hpp>
 
-#include "bus_plumbing.hpp"  // filter counts, private to torchbus_framework
+#include "bus/plumbing.hpp"  // filter counts, private to torchbus_framework
 
 #include <array>
 #include <memory>

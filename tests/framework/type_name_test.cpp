@@ -1,10 +1,10 @@
-// The framework's demangled type names (framework/src/type_name.hpp), and the default callback
+// The framework's demangled type names (framework/src/support/type_name.hpp), and the default callback
 // name that uses them.
 
 #include <boost/test/unit_test.hpp>
 #include <torchbus/callback.hpp>
 
-#include "type_name.hpp"
+#include "support/type_name.hpp"
 
 #include <map>
 #include <string>
