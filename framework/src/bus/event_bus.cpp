@@ -6,6 +6,7 @@
 
 #include "bus/channels.hpp"
 #include "bus/plumbing.hpp"
+#include "support/exception_text.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,21 +15,8 @@
 namespace torchbus {
 namespace detail {
 
-namespace {
-/// What the exception being handled says ("a non-standard exception" when it is no std::exception).
-std::string current_error_text() {
-  try {
-    throw;
-  } catch (const std::exception& error) {
-    return error.what();
-  } catch (...) {
-    return "a non-standard exception";
-  }
-}
-}  // namespace
-
 void log_guarded_error(std::string_view during) {
-  logger()->error("a subscriber threw during {}: {}", during, current_error_text());
+  logger()->error("a subscriber threw during {}: {}", during, exception_text(std::current_exception()));
 }
 
 namespace {
@@ -196,7 +184,7 @@ void Channels::disconnect(SubscriberId id) {
 void Channels::record_failure(SubscriberId id, std::string_view event) {
   auto& subscriber = *subscribers[id];
   const auto label = short_label(id);
-  const auto error = current_error_text();
+  const auto error = exception_text(std::current_exception());
   auto found = std::find_if(failures.begin(), failures.end(),
                             [&](const SubscriberFailure& f) { return f.subscriber == label; });
   if (found == failures.end()) {

@@ -3,22 +3,9 @@
 #include <torchbus/error.hpp>
 
 #include "loop/event_flow.hpp"
+#include "support/exception_text.hpp"
 
 namespace torchbus {
-namespace {
-
-std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& exception) {
-    return exception.what();
-  } catch (...) {
-    return "a non-standard exception";
-  }
-}
-
-}  // namespace
-
 void EventFlow::fire(Event event) {
   publish_progress();
   detail::catch_control(
@@ -82,7 +69,7 @@ void EventFlow::run_action(const std::function<void()>& body, ProcessGroup* grou
     close();
   } catch (...) {
     const auto error = std::current_exception();
-    detail::StateWriter::set_error(state_, error, describe(error));
+    detail::StateWriter::set_error(state_, error, detail::exception_text(error));
     if (group != nullptr) group->report_failure(state_.error_message);
     publisher_.emit_guarded(Event::Exception, state_);
     while (!open_ends_.empty()) {

@@ -7,6 +7,7 @@
 #include <torchbus/checkpoint.hpp>
 #include <torchbus/rng_state.hpp>
 
+#include "checkpoint/fit_position.hpp"
 #include "checkpoint/reader.hpp"
 #include "distributed/sync.hpp"
 #include "loop/evaluation_loop.hpp"
@@ -24,58 +25,6 @@ namespace torchbus {
 /// Points per metric series (name, length) of the metric history at some moment.
 using SeriesLengths = std::vector<std::pair<std::string, std::int64_t>>;
 
-/// The points [begin, end) of a metric series.
-struct SeriesRange {
-  std::string name;
-  std::int64_t begin = 0;
-  std::int64_t end = 0;
-};
-
-/// Where a fit stands, as a checkpoint keeps it: the position a resume continues from, the run's
-/// end (a finished run's stop reason), and the generator state the epoch's data order was drawn
-/// from (the generators themselves are a section of their own).
-struct FitProgress {
-  std::int64_t epoch = 0;           ///< the epoch a resume continues in
-  std::int64_t step = 0;            ///< optimizer steps completed
-  std::int64_t batch_in_epoch = 0;  ///< batches of that epoch already trained
-  std::int64_t global_batch = 0;    ///< batches trained since the run began
-  std::string stop_reason;          ///< why the run finished; empty when it goes on
-  /// The number of ranks that wrote it (0: not recorded, a checkpoint before it was).
-  std::int64_t world_size = 0;
-  /// Batches per step in its last epoch (0: not recorded).
-  std::int64_t accumulate_grad_batches = 0;
-  /// Samples of one full batch across every rank (per-rank batch × ranks) of the run that wrote
-  /// it (0: none trained yet, or not recorded).
-  std::int64_t batch_samples = 0;
-  /// Set when it resumes on another number of ranks: the samples a batch across every rank must
-  /// hold here so that a step keeps the checkpoint's global batch.
-  std::int64_t expected_batch_samples = 0;
-  at::Tensor epoch_start_rng;  ///< the CPU generator when the epoch's order was drawn
-  /// Whether the epoch a resume continues had drawn its order (a resume draws it again from
-  /// `epoch_start_rng`); false for an epoch not begun.
-  bool order_drawn = false;
-  /// The step the run's last validation ran after (-1: none, or not recorded).
-  std::int64_t validated_step = -1;
-  /// Set when the epoch a resume continues was cut short and had begun its end: the points that
-  /// end recorded (until its fit ended), which the continued epoch's end records again.
-  std::optional<std::vector<SeriesRange>> epoch_end_points;
-  /// The position as a checkpoint holds it, before a resume on another number of ranks rescaled
-  /// it.
-  struct Written {
-    std::int64_t batch_in_epoch = 0;
-    std::int64_t global_batch = 0;
-    std::int64_t world_size = 0;
-    std::int64_t batch_samples = 0;
-    std::int64_t accumulate_grad_batches = 0;
-  };
-  /// Set when it resumes on another number of ranks (batch_in_epoch and global_batch are then
-  /// rescaled for the ranks here).
-  std::optional<Written> written;
-};
-
-/// The position and end of the run a checkpoint holds (its epoch's generator state is not read).
-FitProgress read_fit_position(detail::CheckpointReader& reader);
-
 /// The fit's counters, as State shows them (docs/events.md): the FitLoop owns them.
 struct FitCounters {
   std::int64_t epoch = 0;
@@ -87,9 +36,10 @@ struct FitCounters {
 
 /// The fit: the sanity check, then epochs of steps (windows of batches filled from the training
 /// data, run by the OptimizationStep), validations as scheduled (by the EvaluationLoop), until the
-/// epochs, the step limit or a stop end it. Owns the fit's position (its counters, which the
-/// trainer writes into State before each emission, and what checkpoints keep).
-class FitLoop {
+/// epochs, the step limit or a stop end it. Owns the fit's position (its counters and what
+/// checkpoints keep); as the loop that drives the other two, it publishes every loop's counters
+/// into State before each emission.
+class FitLoop final : public ProgressPublisher {
  public:
   FitLoop(LoopContext context, OptimizationStep& step, EvaluationLoop& evaluation,
           DistributedSync& sync)
@@ -110,9 +60,9 @@ class FitLoop {
   FitProgress read(detail::CheckpointReader& reader, const TrainerOptions& configured) const;
   /// Continues from `progress` (what `read` returned): counters, the epoch's order, the run's end.
   void restore(const FitProgress& progress);
-  /// Writes the counters into `state` (State::epoch, step, batch_in_epoch, global_batch,
-  /// window_position).
-  void publish(State& state) const noexcept;
+  /// Writes the loops' counters into `state`: the fit's (State::epoch, step, batch_in_epoch,
+  /// global_batch, window_position), then the optimization step's and the evaluation loop's.
+  void publish(State& state) const noexcept override;
   /// After the fit's ActionEnd: what the history holds then closes what an epoch cut short
   /// recorded at its end (an evaluate() after it records its own points).
   void end_run();

@@ -2,7 +2,7 @@
 #include <torchbus/metric_names.hpp>
 #include <torchbus/tensor_names.hpp>
 
-#include "loop/fit_loop.hpp"
+#include "checkpoint/fit_position.hpp"
 #include "interop/libtorch_compat.hpp"
 #include "loop/optimization_step.hpp"
 #include "state/writer.hpp"

@@ -119,7 +119,7 @@ void log_disabled(const std::vector<SubscriberFailure>& failures, std::string_vi
 }
 }  // namespace
 
-struct Trainer::Engine final : StepHooks, ProgressPublisher {
+struct Trainer::Engine final : StepHooks {
   explicit Engine(Trainer& owner)
       : trainer(owner),
         events(owner.publisher_, owner.state_),
@@ -128,7 +128,7 @@ struct Trainer::Engine final : StepHooks, ProgressPublisher {
         step(context, owner.phases_, sync),
         evaluation(context, sync),
         fit(context, step, evaluation, sync) {
-    events.set_progress(this);
+    events.set_progress(&fit);  // the loops' counters, into the state before each emission
   }
 
   at::Tensor train_step(std::size_t phase, Batch& batch) override {
@@ -139,12 +139,6 @@ struct Trainer::Engine final : StepHooks, ProgressPublisher {
   void optimizer_step(std::size_t phase) override {
     serving_phase = phase;
     trainer.optimizer_step();
-  }
-  /// The loops' counters, into the state before each emission.
-  void publish(State& state) const noexcept override {
-    fit.publish(state);
-    step.publish(state);
-    evaluation.publish(state);
   }
 
   /// The parts a checkpoint is composed of.
