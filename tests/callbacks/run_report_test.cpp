@@ -12,7 +12,7 @@
 #include <support/xml_check.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 
-#include "svg_chart.hpp"  // private to torchbus::callbacks
+#include "report/svg_chart.hpp"  // private to torchbus::callbacks
 
 #include <cmath>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "model_weights.hpp"
+#include "support/model_weights.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
@@ -7,7 +7,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
 
-#include "named_optimizer_phase.hpp"
+#include "support/named_optimizer_phase.hpp"
 
 namespace torchbus::detail {
 

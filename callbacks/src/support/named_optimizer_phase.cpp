@@ -1,4 +1,4 @@
-#include "named_optimizer_phase.hpp"
+#include "support/named_optimizer_phase.hpp"
 
 #include <torchbus/error.hpp>
 #include <torchbus/state.hpp>

@@ -1,4 +1,4 @@
-#include "model_weights.hpp"
+#include "support/model_weights.hpp"
 
 #include <torch/nn/module.h>
 #include <torch/serialize/archive.h>

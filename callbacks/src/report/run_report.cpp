@@ -12,7 +12,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/trainer.hpp>
 
-#include "svg_chart.hpp"
+#include "report/svg_chart.hpp"
 
 #include <algorithm>
 #include <cctype>

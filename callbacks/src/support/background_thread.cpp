@@ -1,4 +1,4 @@
-#include "background_thread.hpp"
+#include "support/background_thread.hpp"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "model_weights.hpp"
+#include "support/model_weights.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>

@@ -1,4 +1,4 @@
-#include "model_weights.hpp"
+#include "support/model_weights.hpp"
 
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "named_optimizer_phase.hpp"
+#include "support/named_optimizer_phase.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/optim/adam.h>

@@ -1,4 +1,4 @@
-#include "csv_rows.hpp"
+#include "loggers/csv_rows.hpp"
 
 #include <fmt/compile.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "svg_chart.hpp"
+#include "report/svg_chart.hpp"
 
 #include <spdlog/fmt/fmt.h>
 

@@ -1,5 +1,5 @@
-#include "model_weights.hpp"
-#include "named_optimizer_phase.hpp"
+#include "support/model_weights.hpp"
+#include "support/named_optimizer_phase.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/nn/modules/batchnorm.h>

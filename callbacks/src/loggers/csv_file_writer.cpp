@@ -1,4 +1,4 @@
-#include "csv_file_writer.hpp"
+#include "loggers/csv_file_writer.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torchbus/error.hpp>

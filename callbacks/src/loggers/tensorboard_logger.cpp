@@ -19,7 +19,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "event_file_writer.hpp"
+#include "loggers/event_file_writer.hpp"
 
 namespace torchbus {
 

@@ -1,4 +1,4 @@
-#include "event_file_writer.hpp"
+#include "loggers/event_file_writer.hpp"
 
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>

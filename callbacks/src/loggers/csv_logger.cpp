@@ -10,7 +10,7 @@
 #include <torchbus/state.hpp>
 #include <torchbus/system_error_text.hpp>
 
-#include "csv_file_writer.hpp"
+#include "loggers/csv_file_writer.hpp"
 
 #include <algorithm>
 #include <cerrno>
