@@ -6,7 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <support/errors.hpp>
 
-#include <background_thread.hpp>
+#include "support/background_thread.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -16,7 +16,7 @@
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 
-#include <event_file_writer.hpp>
+#include "loggers/event_file_writer.hpp"
 
 #include <algorithm>
 #include <atomic>

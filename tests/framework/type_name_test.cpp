@@ -1,5 +1,5 @@
-// The framework's demangled type names (framework/src/support/type_name.hpp), and the default callback
-// name that uses them.
+// The framework's demangled type names (framework/src/support/type_name.hpp), and the default
+// callback name that uses them.
 
 #include <boost/test/unit_test.hpp>
 #include <torchbus/callback.hpp>

@@ -9,8 +9,8 @@
 #include <support/scratch.hpp>
 #include <torchbus/torchbus.hpp>
 
-#include "loop/autocast_scope.hpp"
 #include "interop/libtorch_compat.hpp"  // autocast's state, whatever the LibTorch version
+#include "loop/autocast_scope.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

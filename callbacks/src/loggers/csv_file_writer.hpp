@@ -3,8 +3,8 @@
 // Internal to torchbus::callbacks (not installed): the file a CsvLogger writes, its rows recorded
 // as numbers and formatted and written on a background task.
 
-#include "support/background_thread.hpp"
 #include "loggers/csv_rows.hpp"
+#include "support/background_thread.hpp"
 
 #include <fmt/format.h>
 

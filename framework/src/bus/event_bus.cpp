@@ -16,7 +16,8 @@ namespace torchbus {
 namespace detail {
 
 void log_guarded_error(std::string_view during) {
-  logger()->error("a subscriber threw during {}: {}", during, exception_text(std::current_exception()));
+  logger()->error("a subscriber threw during {}: {}", during,
+                  exception_text(std::current_exception()));
 }
 
 namespace {

@@ -6,12 +6,12 @@
 #include <torchbus/logging.hpp>
 #include <torchbus/rng_state.hpp>
 
-#include "support/archive_bytes.hpp"
 #include "bus/plumbing.hpp"
-#include "checkpoint/sections.hpp"
-#include "interop/libtorch_compat.hpp"
 #include "checkpoint/optimizer_param_state.hpp"
 #include "checkpoint/optimizer_state_copies.hpp"
+#include "checkpoint/sections.hpp"
+#include "interop/libtorch_compat.hpp"
+#include "support/archive_bytes.hpp"
 #include "support/type_name.hpp"
 
 #include <algorithm>

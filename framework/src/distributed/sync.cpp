@@ -6,8 +6,8 @@
 #include <torchbus/state.hpp>
 
 #include "distributed/sync.hpp"
-#include "support/log_rank.hpp"
 #include "state/writer.hpp"
+#include "support/log_rank.hpp"
 
 #include <algorithm>
 

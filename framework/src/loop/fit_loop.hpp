@@ -10,8 +10,8 @@
 #include "checkpoint/fit_position.hpp"
 #include "checkpoint/reader.hpp"
 #include "distributed/sync.hpp"
-#include "loop/evaluation_loop.hpp"
 #include "loop/context.hpp"
+#include "loop/evaluation_loop.hpp"
 #include "loop/optimization_step.hpp"
 
 #include <cstdint>

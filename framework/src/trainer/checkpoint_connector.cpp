@@ -9,8 +9,8 @@
 
 #include "bus/plumbing.hpp"
 #include "checkpoint/format.hpp"
-#include "trainer/checkpoint_connector.hpp"
 #include "checkpoint/sections.hpp"
+#include "trainer/checkpoint_connector.hpp"
 
 #include <memory>
 #include <sstream>

@@ -7,9 +7,9 @@
 #include <torchbus/checkpoint_snapshot.hpp>
 #include <torchbus/trainer_options.hpp>
 
+#include "checkpoint/tensor_copy_pool.hpp"
 #include "loop/fit_loop.hpp"
 #include "loop/optimization_step.hpp"
-#include "checkpoint/tensor_copy_pool.hpp"
 
 #include <filesystem>
 #include <string>

@@ -12,15 +12,15 @@
 #include <torchbus/trainer.hpp>
 
 #include "checkpoint/format.hpp"
-#include "trainer/checkpoint_connector.hpp"
 #include "distributed/sync.hpp"
+#include "loop/context.hpp"
 #include "loop/evaluation_loop.hpp"
 #include "loop/event_flow.hpp"
 #include "loop/fit_loop.hpp"
-#include "loop/context.hpp"
 #include "loop/optimization_step.hpp"
-#include "trainer/phase_models.hpp"
 #include "state/writer.hpp"
+#include "trainer/checkpoint_connector.hpp"
+#include "trainer/phase_models.hpp"
 
 #include <algorithm>
 #include <cmath>
