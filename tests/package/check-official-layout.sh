@@ -65,8 +65,8 @@ grep -q "^Torch_DIR:PATH=$prefix/" "$work/build/CMakeCache.txt" ||
 grep 'torchbus: LibTorch bundles' "$work/configure.log"
 cmake --build "$work/build" --target \
   callbacks/proto/CMakeFiles/torchbus_tensorboard_proto.dir/tensorboard/event.pb.cc.o \
-  callbacks/CMakeFiles/torchbus_callbacks.dir/src/event_file_writer.cpp.o \
-  callbacks/CMakeFiles/torchbus_callbacks.dir/src/simple_logger.cpp.o \
-  framework/CMakeFiles/torchbus_framework.dir/src/distributed.cpp.o \
-  framework/CMakeFiles/torchbus_framework.dir/src/logging.cpp.o | tail -n 20
+  callbacks/CMakeFiles/torchbus_callbacks.dir/src/loggers/event_file_writer.cpp.o \
+  callbacks/CMakeFiles/torchbus_callbacks.dir/src/loggers/simple_logger.cpp.o \
+  framework/CMakeFiles/torchbus_framework.dir/src/distributed/process_group.cpp.o \
+  framework/CMakeFiles/torchbus_framework.dir/src/support/logging.cpp.o | tail -n 20
 echo "official layout: configured and compiled against $prefix"
