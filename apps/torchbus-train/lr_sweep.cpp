@@ -1,11 +1,11 @@
 #include "lr_sweep.hpp"
 
 #include "exit_status.hpp"
+#include "run_callbacks.hpp"
 #include "run_directory.hpp"
 #include "run_setup.hpp"
 #include "shuffled_batches.hpp"
 #include "startup_signals.hpp"
-#include "stop_signals.hpp"
 
 #include <fmt/format.h>
 
@@ -35,11 +35,7 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const Dataset& data,
                                 .precision(torchbus::parse_precision(flags.precision))
                                 .channels_last(flags.channels_last)
                                 .use_registered_subscriptions(false));
-  trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
-    if (const int signal = received_stop_signal()) {
-      s.request_stop(interrupted_reason(signal), torchbus::StopKind::Interrupted);
-    }
-  });
+  stop_at_signals(trainer);
   ShuffledBatches batches(data.train_inputs, data.train_targets, flags.batch_size,
                           /*shuffle=*/true, flags.seed, {}, device.is_cuda());
   auto result = torchbus::find_learning_rate_source(trainer, batches, options);

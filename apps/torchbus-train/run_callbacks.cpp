@@ -55,15 +55,19 @@ void add_outputs(torchbus::Trainer& trainer, const Flags& flags, bool resuming,
   }
 }
 
-void subscribe_run(torchbus::Trainer& trainer, std::int64_t& samples) {
-  trainer.on(torchbus::Event::BatchEnd, [&samples](torchbus::State& s) {
-    if (!s.cancelled) samples += s.batch_target().size(0);
-  });
+void stop_at_signals(torchbus::Trainer& trainer) {
   trainer.on(torchbus::Event::StepEnd, [](torchbus::State& s) {
     if (const int signal = received_stop_signal()) {
       s.request_stop(interrupted_reason(signal), torchbus::StopKind::Interrupted);
     }
   });
+}
+
+void subscribe_run(torchbus::Trainer& trainer, std::int64_t& samples) {
+  trainer.on(torchbus::Event::BatchEnd, [&samples](torchbus::State& s) {
+    if (!s.cancelled) samples += s.batch_target().size(0);
+  });
+  stop_at_signals(trainer);
   trainer.on(torchbus::Event::EpochEnd, [](torchbus::State& s) {
     if (s.error || s.rank != 0) return;  // the failure is reported instead; rank 0 speaks for all
     torchbus::logger()->info(

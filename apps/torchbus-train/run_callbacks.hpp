@@ -25,6 +25,9 @@ struct LrSweep {
 /// options shown in the report and TensorBoard, the LR sweep's file and chart, and checkpoints.
 void add_outputs(torchbus::Trainer& trainer, const Flags& flags, bool resuming,
                  const JsonObject& run_options, int world_size, const LrSweep& lr_sweep);
+/// A stop signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) received stops `trainer` at the next step
+/// boundary, as an interruption.
+void stop_at_signals(torchbus::Trainer& trainer);
 /// The run's own subscriptions: the samples it trains (counted into `samples`), the stop signals
 /// at step boundaries, a log line per epoch.
 void subscribe_run(torchbus::Trainer& trainer, std::int64_t& samples);
