@@ -60,14 +60,17 @@ std::string csv_without_wall_time(const fs::path& file) {
 }
 
 /// Starts torchbus-train with `arguments`, sends `signal` (then `second`, if not 0) once `log`
-/// contains `marker`, and returns the exit code, or kKilledBy + N when signal N killed it.
+/// contains `marker` (and, when `also_exists` is given, that file exists: a checkpoint written in
+/// the background comes later on a loaded machine), and returns the exit code, or kKilledBy + N
+/// when signal N killed it.
 /// No delay is assumed: the signal follows the line that the run wrote, and the run must have
 /// work left after it (hundreds of steps: a signal stops it at the next step boundary, so the
 /// steps it never trains cost nothing), for the signal to find it running on any machine. That
 /// it does is checked here: a marker never written, a run over before its signal, or one still
 /// running two minutes after it fail the test.
 int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
-                 const std::string& marker, int signal = SIGINT, int second = 0) {
+                 const std::string& marker, int signal = SIGINT, int second = 0,
+                 const fs::path& also_exists = {}) {
   const pid_t pid = fork();
   if (pid == 0) {
     std::vector<char*> argv{const_cast<char*>(TORCHBUS_TRAIN_PATH)};
@@ -80,7 +83,7 @@ int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
   }
   using Clock = std::chrono::steady_clock;
   int status = 0;
-  bool ended = false, written = false;
+  bool ended = false, written = false, marker_seen = false;
   std::ifstream in;
   std::string text;  // the log so far, read as it grows
   for (const auto deadline = Clock::now() + std::chrono::minutes(2);
@@ -90,15 +93,18 @@ int signal_train(const std::vector<std::string>& arguments, const fs::path& log,
       in.clear();  // past the end of what was written: read on from there
       const auto searched = text.size() < marker.size() ? 0 : text.size() - marker.size();
       text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      written = text.find(marker, searched) != std::string::npos;
+      marker_seen = marker_seen || text.find(marker, searched) != std::string::npos;
     }
+    written = marker_seen && (also_exists.empty() || fs::exists(fs::symlink_status(also_exists)));
     if (!written) {
       ended = waitpid(pid, &status, WNOHANG) == pid;
       if (ended) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  BOOST_TEST(written, "the log never showed '" << marker << "'");
+  BOOST_TEST(written, "the log never showed '"
+                          << marker << "'"
+                          << (also_exists.empty() ? "" : " with " + also_exists.string()));
   if (!ended) ended = waitpid(pid, &status, WNOHANG) == pid;
   BOOST_TEST(!ended, "the run had ended before the signal sent after '"
                          << marker << "': it needs more steps after that line");
@@ -675,8 +681,9 @@ BOOST_AUTO_TEST_CASE(a_find_lr_run_killed_mid_run_resumes_with_its_lr_without_sw
   const auto out = scratch("train_test", "find_lr_killed");
   auto arguments = flags;
   arguments.insert(arguments.end(), {"--out", out.string()});
-  BOOST_TEST(signal_train(arguments, out / "train.log", "step 45 ", SIGKILL) ==
-             kKilledBy + SIGKILL);
+  // Killed once a checkpoint is there too (written in the background: later on a loaded machine).
+  BOOST_TEST(signal_train(arguments, out / "train.log", "step 45 ", SIGKILL, 0,
+                          out / "checkpoints" / "last.tbckpt") == kKilledBy + SIGKILL);
   const auto resumed = run_train(command(out) + " --resume");
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   BOOST_TEST(has(resumed.output, "resumed from"), resumed.output);
