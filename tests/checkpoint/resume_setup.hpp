@@ -21,7 +21,7 @@ struct IndexedRows : torch::data::datasets::Dataset<IndexedRows> {
     data.select(1, 0).copy_(torch::arange(60, torch::kFloat));
     target = torch::randint(3, {60}, torch::kLong);
   }
-  Batch get(std::size_t i) override { return {data[i], target[i]}; }
+  torch::data::Example<> get(std::size_t i) override { return {data[i], target[i]}; }
   torch::optional<std::size_t> size() const override { return 60; }
 };
 

@@ -3,7 +3,7 @@
 
 - framework/src/: every source is in a concern's folder; a private include names its folder
   ("bus/channels.hpp") and points down or into its own folder, never up:
-  support < interop < state < bus < checkpoint < distributed < loop < trainer. The fit loop's
+  support < interop < state < data < bus < checkpoint < distributed < loop < trainer. The fit loop's
   header is for the fit loop and the facade (trainer/) alone: the other parts read the fit's
   position from the checkpoint format (checkpoint/fit_position.hpp).
 - callbacks/src/: support (what several built-ins share) < one group per kind (loggers, report,
@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 
-FRAMEWORK_LAYERS = ["support", "interop", "state", "bus", "checkpoint", "distributed", "loop",
+FRAMEWORK_LAYERS = ["support", "interop", "state", "data", "bus", "checkpoint", "distributed", "loop",
                     "trainer"]
 # Private headers only some folders may include, beyond the layer rule.
 RESTRICTED = {"loop/fit_loop.hpp": ("loop/fit_loop.cpp", "trainer/")}

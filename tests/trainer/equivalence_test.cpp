@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(torch_data_loaders_stacked_and_unstacked) {
   auto batches = make_batches(1, 12);
   struct Rows : torch::data::datasets::Dataset<Rows> {
     at::Tensor data, target;
-    Batch get(std::size_t i) override { return {data[i], target[i]}; }
+    torch::data::Example<> get(std::size_t i) override { return {data[i], target[i]}; }
     torch::optional<std::size_t> size() const override { return data.size(0); }
   };
   Rows rows;

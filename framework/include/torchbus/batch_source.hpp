@@ -4,6 +4,7 @@
 /// Where batches come from: any range of batches, adapted to one small interface.
 
 #include <torch/data/example.h>
+#include <torchbus/batch.hpp>
 
 #include <cstdint>
 #include <iterator>
@@ -13,9 +14,6 @@
 #include <vector>
 
 namespace torchbus {
-
-/// One batch: inputs and targets (LibTorch's `torch::data::Example<>`).
-using Batch = torch::data::Example<>;
 
 /// A resettable stream of batches; one pass is one epoch.
 class BatchSource {
@@ -36,13 +34,21 @@ class BatchSource {
 
 namespace detail {
 /// Stacks unstacked examples (a `torch::data` loader without the Stack transform).
-Batch stack_examples(const std::vector<Batch>& examples);
+Batch stack_examples(const std::vector<torch::data::Example<>>& examples);
+/// Collates samples (`collate` with its default options).
+Batch collate_samples(const std::vector<Batch>& samples);
 
 inline Batch to_batch(const Batch& batch) {
   return batch;
 }
-inline Batch to_batch(const std::vector<Batch>& examples) {
+inline Batch to_batch(const torch::data::Example<>& example) {
+  return Batch(example);
+}
+inline Batch to_batch(const std::vector<torch::data::Example<>>& examples) {
   return stack_examples(examples);
+}
+inline Batch to_batch(const std::vector<Batch>& samples) {
+  return collate_samples(samples);
 }
 inline Batch to_batch(const std::pair<at::Tensor, at::Tensor>& pair) {
   return Batch(pair.first, pair.second);
@@ -56,8 +62,10 @@ struct HasSize<Range, std::void_t<decltype(std::size(std::declval<const Range&>(
     : std::true_type {};
 }  // namespace detail
 
-/// A BatchSource over any range whose elements are `Example<>`, `std::vector<Example<>>` or
-/// `std::pair<Tensor, Tensor>`: a `torch::data` data loader, a `std::vector` of batches, ...
+/// A BatchSource over any range whose elements are batches (`Batch`, `Example<>`,
+/// `std::pair<Tensor, Tensor>`) or vectors of samples to stack (`std::vector<Example<>>`, a
+/// `torch::data` loader without `Stack<>`; `std::vector<Batch>`, collated with `collate`'s
+/// defaults): a `torch::data` data loader, a `std::vector` of batches, ...
 template <typename Range>
 class RangeSource final : public BatchSource {
  public:

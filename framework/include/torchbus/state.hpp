@@ -26,6 +26,7 @@ class Optimizer;
 
 namespace torchbus {
 
+class Batch;
 class ProcessGroup;
 class Trainer;
 namespace detail {
@@ -130,6 +131,10 @@ struct State {
   const at::Tensor& batch_output() const noexcept { return batch_output_; }
   /// The current batch's target (`Batch::target`, on the device): with `batch_loss()`.
   const at::Tensor& batch_target() const noexcept { return batch_target_; }
+  /// The current batch, every field on the device (its named tensors and lists included: a mask,
+  /// token ids, boxes): from BatchStart (EvalBatchStart) to BatchEnd (EvalBatchEnd), nullptr
+  /// elsewhere. Include <torchbus/batch.hpp> to read it.
+  const Batch* batch() const noexcept { return batch_; }
   /// Sets `batch_output()` for the current batch: a custom train or eval step calls it so that
   /// what reads the output (ClassificationMetrics, AllPredictionsSame, ...) finds it.
   void set_batch_output(at::Tensor output) noexcept { batch_output_ = std::move(output); }
@@ -198,6 +203,7 @@ struct State {
   std::int64_t step_learning_rate_step_ = -1;  // the `step` whose update used it (-1: none)
   at::Tensor batch_output_;
   at::Tensor batch_target_;
+  const Batch* batch_ = nullptr;
   bool stop_requested_ = false;
   std::string stop_reason_;
   StopKind stop_kind_ = StopKind::Finished;

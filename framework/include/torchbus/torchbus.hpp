@@ -4,11 +4,13 @@
 /// Everything torchbus offers, in one include.
 
 #include <torchbus/atomic_file.hpp>
+#include <torchbus/batch.hpp>
 #include <torchbus/batch_source.hpp>
 #include <torchbus/bus.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/checkpoint.hpp>
 #include <torchbus/checkpoint_file.hpp>
+#include <torchbus/collate.hpp>
 #include <torchbus/connection.hpp>
 #include <torchbus/control.hpp>
 #include <torchbus/decorators.hpp>

@@ -11,12 +11,7 @@ void move_to_device(Batch& batch, const LoopContext& context) {
   // is queued on the device's stream, ahead of the step's kernels; from ordinary memory it is
   // synchronous as before. (Copies to the CPU stay blocking: the host reads them next.)
   const bool non_blocking = !device.is_cpu();
-  if (batch.data.defined() && batch.data.device() != device) {
-    batch.data = batch.data.to(device, non_blocking);
-  }
-  if (batch.target.defined() && batch.target.device() != device) {
-    batch.target = batch.target.to(device, non_blocking);
-  }
+  batch.to(device, non_blocking);  // every field: the pair, the named tensors, the lists
   if (context.options.channels_last() && batch.data.defined() && batch.data.dim() == 4) {
     batch.data = batch.data.contiguous(at::MemoryFormat::ChannelsLast);
   }

@@ -46,6 +46,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   while ((batch_limit < 0 || batch_ < batch_limit) && data.next(batch)) {
     detail::StateWriter::set_cancelled(state, false);
     move_to_device(batch, context_);
+    detail::StateWriter::set_current_batch(state, batch);
     events.open(Event::EvalBatchStart, Event::EvalBatchEnd);
     const auto loss = state.cancelled
                           ? at::Tensor()
@@ -54,7 +55,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
                                 batch, "eval step");
     if (!state.cancelled) {
       detail::StateWriter::set_batch(state, loss, batch.target);
-      const auto size = batch.data.dim() > 0 ? batch.data.size(0) : 1;
+      const auto size = batch.samples();
       const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
       samples += size;

@@ -125,6 +125,7 @@ void OptimizationStep::run_batch(Batch& batch) {
   auto& events = context_.events;
   detail::StateWriter::set_cancelled(state, false);
   move_to_device(batch, context_);
+  detail::StateWriter::set_current_batch(state, batch);
   events.open(Event::BatchStart, Event::BatchEnd);
   const auto batch_index = window_first_batch_ + window_batches_run_++;
   for (std::size_t i = 0; i < phases_.size(); ++i) {

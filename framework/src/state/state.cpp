@@ -32,6 +32,7 @@ void State::clear_batch_output() noexcept {
   backward_loss_.reset();
   batch_output_.reset();
   batch_target_.reset();
+  batch_ = nullptr;
 }
 
 void State::clear_step_output() noexcept {

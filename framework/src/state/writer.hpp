@@ -119,6 +119,11 @@ struct StateWriter {
     state.batch_loss_ = loss;
     state.batch_target_ = target;
   }
+  /// The batch being trained or evaluated, from its BatchStart (EvalBatchStart) on; cleared with
+  /// the rest of the batch's output.
+  static void set_current_batch(State& state, const Batch& batch) noexcept {
+    state.batch_ = &batch;
+  }
   /// The batch's loss as back-propagated (scaled by the window).
   static void set_backward(State& state, const at::Tensor& loss) { state.backward_loss_ = loss; }
   /// The step's loss (before AfterOptimizerStep); undefined after StepEnd.

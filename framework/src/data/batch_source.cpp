@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 #include <torchbus/batch_source.hpp>
+#include <torchbus/collate.hpp>
 #include <torchbus/error.hpp>
 
 namespace torchbus {
@@ -13,7 +14,7 @@ std::int64_t BatchSource::skip(std::int64_t count) {
 
 namespace detail {
 
-Batch stack_examples(const std::vector<Batch>& examples) {
+Batch stack_examples(const std::vector<torch::data::Example<>>& examples) {
   TORCHBUS_CHECK(!examples.empty(), DataError, "the data loader yielded an empty batch");
   std::vector<at::Tensor> data, targets;
   data.reserve(examples.size());
@@ -23,6 +24,10 @@ Batch stack_examples(const std::vector<Batch>& examples) {
     targets.push_back(example.target);
   }
   return Batch(torch::stack(data), torch::stack(targets));
+}
+
+Batch collate_samples(const std::vector<Batch>& samples) {
+  return collate(samples);
 }
 
 }  // namespace detail
