@@ -5,6 +5,7 @@
 
 #include <torch/data/example.h>
 #include <torchbus/batch.hpp>
+#include <torchbus/collate.hpp>
 
 #include <cstdint>
 #include <iterator>
@@ -35,8 +36,6 @@ class BatchSource {
 namespace detail {
 /// Stacks unstacked examples (a `torch::data` loader without the Stack transform).
 Batch stack_examples(const std::vector<torch::data::Example<>>& examples);
-/// Collates samples (`collate` with its default options).
-Batch collate_samples(const std::vector<Batch>& samples);
 
 inline Batch to_batch(const Batch& batch) {
   return batch;
@@ -48,7 +47,7 @@ inline Batch to_batch(const std::vector<torch::data::Example<>>& examples) {
   return stack_examples(examples);
 }
 inline Batch to_batch(const std::vector<Batch>& samples) {
-  return collate_samples(samples);
+  return collate(samples);
 }
 inline Batch to_batch(const std::pair<at::Tensor, at::Tensor>& pair) {
   return Batch(pair.first, pair.second);
