@@ -11,6 +11,7 @@
 #include <torchbus/system_error_text.hpp>
 
 #include "loggers/csv_file_writer.hpp"
+#include "support/csv_field.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -46,17 +47,6 @@ bool is_reserved(const std::string& name) {
 /// How the logger's messages name it: "CsvLogger '<name>'".
 std::string who(const CsvLogger& logger) {
   return "CsvLogger '" + logger.name() + "'";
-}
-
-/// A CSV field, quoted (RFC 4180) when it contains a separator, a quote or a line break.
-std::string csv_field(const std::string& field) {
-  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
-  std::string out = "\"";
-  for (char c : field) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + '"';
 }
 
 /// Splits one CSV line into fields, honouring quotes.
@@ -280,7 +270,7 @@ std::string without_dropped_columns(const std::string& line, const Rewrite& chan
   for (std::size_t i = 0; i < fields.size(); ++i) {
     if (i < change.dropped_columns.size() && change.dropped_columns[i]) continue;
     if (!first) out += ',';
-    out += csv_field(fields[i]);
+    out += detail::csv_field(fields[i]);
     first = false;
   }
   return out;
@@ -289,7 +279,7 @@ std::string without_dropped_columns(const std::string& line, const Rewrite& chan
 /// The copy `rewrite` makes, from `in` to `out`.
 std::int64_t copy_rows(std::istream& in, AtomicFile& out, const Rewrite& change) {
   std::string suffix;
-  for (const auto& name : change.extra) suffix += "," + csv_field(name);
+  for (const auto& name : change.extra) suffix += "," + detail::csv_field(name);
   std::string empty_cells(change.extra.size(), ',');
   std::string line;
   std::int64_t dropped = 0;
@@ -453,8 +443,21 @@ void CsvLogger::on_step_end(State& state) {
   flush_if_due();
 }
 
-void CsvLogger::on_eval_start(State& /*state*/) {
+void CsvLogger::on_eval_start(State& state) {
   flush_rows(Flush::kInBackground);  // rows do not wait while the evaluation runs
+  if (state.action == Action::Test) test_marks_.mark(state.metrics);
+}
+
+void CsvLogger::on_eval_end(State& state) {
+  if (state.action != Action::Test || !out_.file->is_open()) return;
+  auto names = test_marks_.recorded_since(state.metrics);
+  names.erase(std::remove_if(names.begin(), names.end(), is_reserved), names.end());
+  add_columns(names);
+  begin_row("test", state);
+  for (const auto& metric : names) {
+    set_cell(column_index(metric), state.metrics.latest(metric).value);
+  }
+  flush_if_due();
 }
 
 void CsvLogger::begin_row(const char* kind, const State& state) {
@@ -537,7 +540,7 @@ void CsvLogger::flush_rows(Flush flush) {
   if (out_.header_pending) {
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       if (i != 0) header += ',';
-      header += csv_field(columns_[i]);
+      header += detail::csv_field(columns_[i]);
     }
     header += '\n';
     out_.header_pending = false;

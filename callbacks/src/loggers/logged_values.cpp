@@ -2,6 +2,7 @@
 #include <spdlog/fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
+#include <torchbus/batch.hpp>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/error.hpp>
@@ -37,7 +38,9 @@ const at::Tensor* typed_value(const State& state, std::string_view name) noexcep
 
 const at::Tensor* find_step_tensor(const State& state, std::string_view name) noexcept {
   if (const at::Tensor* typed = typed_value(state, name)) return typed->defined() ? typed : nullptr;
-  return state.tensors.find(name);
+  if (const at::Tensor* stored = state.tensors.find(name)) return stored;
+  const Batch* batch = state.batch();
+  return batch != nullptr && batch->has(name) ? &batch->get(name) : nullptr;
 }
 
 std::vector<std::string> step_tensor_names(const State& state) {
@@ -48,6 +51,15 @@ std::vector<std::string> step_tensor_names(const State& state) {
   }
   for (auto& name : state.tensors.names()) {
     if (typed_value(state, name) == nullptr) names.push_back(std::move(name));
+  }
+  if (const Batch* batch = state.batch()) {
+    const auto add_field = [&](std::string_view name) {
+      if (typed_value(state, name) == nullptr && !state.tensors.contains(name)) {
+        names.emplace_back(name);
+      }
+    };
+    if (batch->data.defined()) add_field("data");
+    for (const auto& [name, tensor] : batch->tensors()) add_field(name);
   }
   return names;
 }

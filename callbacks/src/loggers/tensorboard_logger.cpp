@@ -29,6 +29,14 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTensorPrefix = "train/";
 constexpr const char* kMetricPrefix = "metrics/";
+constexpr const char* kTestSection = "test/";
+
+/// The tag of a test's metric: "test/<name>", its "test_" prefix dropped ("test/loss").
+std::string test_tag(const std::string& metric) {
+  const std::string_view prefix = metric_names::kTestPrefix;
+  const bool prefixed = metric.compare(0, prefix.size(), prefix) == 0;
+  return kTestSection + (prefixed ? metric.substr(prefix.size()) : metric);
+}
 constexpr const char* kLrTag = "train/lr";
 constexpr const char* kEpochTimeTag = "epoch/time_s";
 constexpr const char* kEpochsCompletedTag = "epoch/completed";
@@ -491,9 +499,12 @@ void TensorBoardLogger::write_new_metrics(State& state) {
     }
     const auto& series = state.metrics.series(metric);
     std::size_t& written = written_[metric];
+    // A test's metrics in their own section: "test/loss", "test/accuracy".
+    const bool test = state.action == Action::Test;
+    if (test) grouped.reset();
+    const auto tag = test ? test_tag(metric) : kMetricPrefix + metric;
     for (std::size_t i = std::min(written, series.size()); i < series.size(); ++i) {
-      by_step[kMainRun][series[i].step].push_back(
-          SummaryValue::scalar(kMetricPrefix + metric, series[i].value));
+      by_step[kMainRun][series[i].step].push_back(SummaryValue::scalar(tag, series[i].value));
       if (grouped) {
         by_step[grouped->first ? kTrainRun : kValRun][series[i].step].push_back(
             SummaryValue::scalar(grouped->second, series[i].value));

@@ -171,12 +171,15 @@ void ClassificationMetrics::on_eval_end(State& state) {
     for (std::size_t k = 0; k < c; ++k)
       values.insert(values.end(), {precision[k], recall[k], f1[k]});
   }
-  if (names_.size() != values.size()) names_ = metric_names();
+  const auto& prefix = state.action == Action::Test ? options_.test_prefix() : options_.prefix();
+  if (names_.size() != values.size() || names_prefix_ != prefix) {
+    names_ = metric_names(prefix);
+    names_prefix_ = prefix;
+  }
   for (std::size_t i = 0; i < values.size(); ++i) state.record_metric(names_[i], values[i]);
 }
 
-std::vector<std::string> ClassificationMetrics::metric_names() const {
-  const auto& prefix = options_.prefix();
+std::vector<std::string> ClassificationMetrics::metric_names(const std::string& prefix) const {
   std::vector<std::string> names;
   for (const char* name : {"accuracy", "precision", "recall", "f1"}) names.push_back(prefix + name);
   for (const auto& [enabled, suffix] :

@@ -382,6 +382,7 @@ void RunReport::on_action_start(State& state) {
   action_start_ = Clock::now();
   in_action_ = true;
   trains_ = false;
+  action_ = state.action;
 
   start_failed_ = true;
   const fs::path path(options_.path());
@@ -435,6 +436,19 @@ void RunReport::on_epoch_end(State& state) {
   } catch (const std::exception& failure) {
     logger()->error("{}; training goes on, the report is written again at the end", failure.what());
   }
+}
+
+void RunReport::on_eval_start(State& state) {
+  if (state.action == Action::Test) test_marks_.mark(state.metrics);
+}
+
+void RunReport::on_eval_end(State& state) {
+  if (state.action != Action::Test) return;
+  ReportTable table{"Test", {"metric", "value"}, {}};
+  for (const auto& metric : test_marks_.recorded_since(state.metrics)) {
+    table.rows.push_back({metric, fmt::format("{:.6g}", state.metrics.latest(metric).value)});
+  }
+  if (!table.rows.empty()) add_table(std::move(table));
 }
 
 void RunReport::on_action_end(State& state) {
@@ -603,7 +617,9 @@ std::string RunReport::html(const State& state) const {
   const auto limit = [](std::int64_t value, std::int64_t max) {
     return max >= 0 ? fmt::format("{} of {}", value, max) : std::to_string(value);
   };
-  if (trains_ || !in_action_) summary.push_back({"action", trains_ ? "fit" : "evaluate"});
+  if (trains_ || !in_action_) {
+    summary.push_back({"action", trains_ ? "fit" : std::string(to_string(action_))});
+  }
   summary.push_back({"steps", limit(state.step, state.max_steps)});
   if (in_action_) {
     summary.push_back({"current epoch (0-based)", std::to_string(state.epoch)});

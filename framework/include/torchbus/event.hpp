@@ -26,6 +26,10 @@
   X(EvalBatchStart, eval_batch_start)           \
   X(EvalBatchEnd, eval_batch_end)               \
   X(EvalEnd, eval_end)                          \
+  X(PredictStart, predict_start)                \
+  X(PredictBatchStart, predict_batch_start)     \
+  X(PredictBatchEnd, predict_batch_end)         \
+  X(PredictEnd, predict_end)                    \
   X(EpochEnd, epoch_end)                        \
   X(ActionEnd, action_end)                      \
   X(Exception, exception)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace torchbus {
@@ -79,6 +80,19 @@ class MetricHistory {
   static void resolve(Series& series);
 
   mutable std::vector<Series> series_;
+};
+
+/// The length of every series of a metric history at a moment (a test's EvalStart), to tell at a
+/// later one (its EvalEnd) which metrics were recorded in between.
+class MetricMarks {
+ public:
+  /// Notes the length of every series of `history` now.
+  void mark(const MetricHistory& history);
+  /// The metrics with points recorded since `mark`, in the history's order.
+  std::vector<std::string> recorded_since(const MetricHistory& history) const;
+
+ private:
+  std::vector<std::pair<std::string, std::size_t>> lengths_;
 };
 
 }  // namespace torchbus

@@ -14,6 +14,12 @@ inline constexpr std::string_view kTrainLoss = "train_loss";
 inline constexpr std::string_view kTrainLossEpoch = "train_loss_epoch";
 /// The mean loss per sample of an evaluation, at its end (unless every batch was cancelled).
 inline constexpr std::string_view kValLoss = "val_loss";
+/// The mean loss per sample of a test (Trainer::test), at its end.
+inline constexpr std::string_view kTestLoss = "test_loss";
+/// The prefix of the metrics of a validation (fit's, evaluate()'s).
+inline constexpr std::string_view kValPrefix = "val_";
+/// The prefix of the metrics of a test.
+inline constexpr std::string_view kTestPrefix = "test_";
 
 // Recorded by built-in callbacks, and read by others (RunReport charts them, or samples its own).
 

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <torchbus/metric_history.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/tensor_store.hpp>
 
 #include <cstdint>
@@ -35,10 +36,15 @@ struct StateWriter;
 
 /// The action a trainer runs.
 enum class Action {
-  None,      ///< no fit() or evaluate() runs
+  None,      ///< no fit(), evaluate(), test() or predict() runs
   Fit,       ///< fit(), its validations included
   Evaluate,  ///< evaluate()
+  Test,      ///< test(): an evaluation whose metrics take the `test_` prefix
+  Predict,   ///< predict()
 };
+
+/// The action's name: "none", "fit", "evaluate", "test" or "predict".
+std::string_view to_string(Action action) noexcept;
 
 /// What a stop request means for the run (State::request_stop).
 enum class StopKind {
@@ -59,6 +65,7 @@ struct State {
   std::int64_t max_epochs = 1;               ///< epoch limit of the run (-1: none)
   std::int64_t max_steps = -1;               ///< step limit of the run (-1: none)
   std::int64_t eval_batch = 0;               ///< index of the current evaluation batch
+  std::int64_t predict_batch = 0;            ///< index of the current predict batch
 
   // Ranks.
   int rank = 0;        ///< global rank of this process
@@ -76,6 +83,10 @@ struct State {
   bool training = false;                        ///< true in training batches, false in evaluation
   /// The action running, from before ActionStart (a resume included) to after ActionEnd.
   Action action = Action::None;
+  /// The prefix of the evaluation's metrics: "test_" in a test, "val_" elsewhere (metric_names).
+  std::string_view metric_prefix() const noexcept {
+    return action == Action::Test ? metric_names::kTestPrefix : metric_names::kValPrefix;
+  }
   /// During the sanity validation before training (TrainerOptions::num_sanity_val_steps): the
   /// bus does not call subscribers that sit out RunStage::SanityCheck; its metrics are rolled back.
   bool sanity_checking = false;
@@ -126,14 +137,15 @@ struct State {
   std::optional<double> step_learning_rate() const noexcept {
     return step_learning_rate_step_ == step ? std::optional(step_learning_rate_) : std::nullopt;
   }
-  /// The model's output for the current batch, as the default step computed it or a custom step
-  /// set it (set_batch_output): from the step on, to BatchEnd or EvalBatchEnd.
+  /// The model's output for the current batch (its main tensor), as the default step computed it
+  /// or a custom step set it (set_batch_output): from the step on, to BatchEnd or EvalBatchEnd;
+  /// the predict step's at PredictBatchEnd. Named outputs are in `tensors` under their names.
   const at::Tensor& batch_output() const noexcept { return batch_output_; }
   /// The current batch's target (`Batch::target`, on the device): with `batch_loss()`.
   const at::Tensor& batch_target() const noexcept { return batch_target_; }
   /// The current batch, every field on the device (its named tensors and lists included: a mask,
-  /// token ids, boxes): from BatchStart (EvalBatchStart) to BatchEnd (EvalBatchEnd), nullptr
-  /// elsewhere. Include <torchbus/batch.hpp> to read it.
+  /// token ids, boxes): from BatchStart (EvalBatchStart, PredictBatchStart) to BatchEnd
+  /// (EvalBatchEnd, PredictBatchEnd), nullptr elsewhere. Include <torchbus/batch.hpp> to read it.
   const Batch* batch() const noexcept { return batch_; }
   /// Sets `batch_output()` for the current batch: a custom train or eval step calls it so that
   /// what reads the output (ClassificationMetrics, AllPredictionsSame, ...) finds it.

@@ -22,6 +22,7 @@
 #include <torchbus/event_list.hpp>
 #include <torchbus/filter.hpp>
 #include <torchbus/gradient_reducer.hpp>
+#include <torchbus/indexed_dataset.hpp>
 #include <torchbus/launch_environment.hpp>
 #include <torchbus/logging.hpp>
 #include <torchbus/loss_scaler.hpp>
@@ -29,6 +30,7 @@
 #include <torchbus/metric_names.hpp>
 #include <torchbus/optimizer_phase.hpp>
 #include <torchbus/optimizer_state.hpp>
+#include <torchbus/output.hpp>
 #include <torchbus/placement.hpp>
 #include <torchbus/precision.hpp>
 #include <torchbus/rng_state.hpp>

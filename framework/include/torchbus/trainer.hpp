@@ -10,6 +10,7 @@
 #include <torchbus/checkpoint_snapshot.hpp>
 #include <torchbus/module_of.hpp>
 #include <torchbus/optimizer_phase.hpp>
+#include <torchbus/output.hpp>
 #include <torchbus/trainer_options.hpp>
 
 #include <cstdint>
@@ -25,9 +26,9 @@ namespace torchbus {
 class LossScaler;
 class ProcessGroup;
 
-/// Runs `fit` and `evaluate` on a LibTorch model and optimizer, publishing every event of
-/// docs/events.md on its bus. Subclass it to override the train, eval or optimizer step; or pass
-/// step functions without subclassing.
+/// Runs `fit`, `evaluate`, `test` and `predict` on a LibTorch model and optimizer, publishing every
+/// event of docs/events.md on its bus. Subclass it to override the train, eval or optimizer step;
+/// or pass step functions without subclassing.
 class Trainer {
  public:
   /// Computes the loss from the model's output and the batch's target.
@@ -35,8 +36,14 @@ class Trainer {
       std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
   /// Runs the model on a batch's inputs.
   using Forward = std::function<at::Tensor(const at::Tensor& input)>;
+  /// Runs the model on a whole batch (any of its fields): a tensor, or named tensors.
+  using BatchForward = std::function<Output(const Batch& batch)>;
+  /// Computes the loss from the model's output (every tensor of it) and the whole batch.
+  using BatchLoss = std::function<at::Tensor(const Output& output, const Batch& batch)>;
   /// A custom train or eval step: returns the batch's scalar loss.
   using StepFunction = std::function<at::Tensor(Trainer& trainer, Batch& batch)>;
+  /// A custom predict step: returns the batch's predictions.
+  using PredictFunction = std::function<Output(Trainer& trainer, Batch& batch)>;
 
   /// Trains `model` (a ModuleHolder such as `torch::nn::Sequential`, or a shared_ptr to a module
   /// with `forward(Tensor)`) with `optimizer`, which must outlive the trainer.
@@ -47,9 +54,24 @@ class Trainer {
                 Forward([model](const at::Tensor& input) mutable { return model->forward(input); }),
                 optimizer, std::move(loss), std::move(options)) {}
 
+  /// Trains `model` (as above) with a loss of the output and the whole batch; the forward runs on
+  /// the batch's `data`.
+  template <typename Model>
+  Trainer(Model model, torch::optim::Optimizer& optimizer, BatchLoss loss,
+          TrainerOptions options = {})
+      : Trainer(detail::module_of(model),
+                BatchForward([model](const Batch& batch) mutable -> Output {
+                  return model->forward(batch.data);
+                }),
+                optimizer, std::move(loss), std::move(options)) {}
+
   /// Trains `module`, whose forward pass is `forward`.
   Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
           torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options = {});
+  /// Trains `module`, whose forward pass `forward` reads the batch's fields and returns a tensor
+  /// or named tensors, with `loss` of that output and the batch (docs/any-model.md).
+  Trainer(std::shared_ptr<torch::nn::Module> module, BatchForward forward,
+          torch::optim::Optimizer& optimizer, BatchLoss loss, TrainerOptions options = {});
   /// Trains `module` (every parameter of a phase's optimizer must be one of its, or of the
   /// phase's own model: checkpoints hold their tensors) with several optimizers: per batch, each
   /// of `phases` in order computes its loss with its step function and updates its optimizer's
@@ -116,6 +138,8 @@ class Trainer {
   Trainer& set_train_step(StepFunction step);
   /// Replaces the default eval step without subclassing.
   Trainer& set_eval_step(StepFunction step);
+  /// Replaces the default predict step (the forward) without subclassing.
+  Trainer& set_predict_step(PredictFunction step);
 
   /// Trains on `train` (a torch::data loader or any range of batches).
   template <typename TrainData>
@@ -143,6 +167,28 @@ class Trainer {
   /// when every batch was cancelled.
   double evaluate_source(BatchSource& data);
 
+  /// Tests on `data`: an evaluation (same events, the model in eval mode, `limit_test_batches`)
+  /// whose mean loss per sample is recorded as "test_loss" and whose metrics take the `test_`
+  /// prefix (State::action is Action::Test). Returns the mean loss.
+  template <typename Data>
+  double test(Data&& data) {
+    RangeSource<std::remove_reference_t<Data>> source(data);
+    return test_source(source);
+  }
+  /// Tests on `data` (see `test`); NaN when every batch was cancelled.
+  double test_source(BatchSource& data);
+
+  /// Predicts on `data`: the predict step of every batch under inference mode, between
+  /// PredictStart and PredictEnd (docs/events.md). Returns each batch's predictions in order.
+  template <typename Data>
+  std::vector<Output> predict(Data&& data) {
+    RangeSource<std::remove_reference_t<Data>> source(data);
+    return predict_source(source, /*keep=*/true);
+  }
+  /// Predicts on `data`; returns each batch's predictions when `keep` (else nothing: subscribers
+  /// of PredictBatchEnd, such as PredictionWriter, take them as they come).
+  std::vector<Output> predict_source(BatchSource& data, bool keep = true);
+
   /// Writes a checkpoint of the run to `path` atomically (see docs/checkpointing.md). Valid
   /// between runs and at step boundaries: not between StepStart and the end of the optimizer step.
   /// Calls every callback's `on_save_checkpoint` first.
@@ -167,10 +213,16 @@ class Trainer {
   /// Then calls every callback's `on_load_checkpoint`.
   void load_checkpoint(const std::filesystem::path& path);
 
-  /// Runs the model's forward pass (a trainer of optimizer phases has none: ConfigError).
+  /// Runs the model's forward pass on a batch whose `data` is `input`: its main output (a
+  /// trainer of optimizer phases has none: ConfigError).
   at::Tensor forward(const at::Tensor& input);
-  /// Applies the loss function (a trainer of optimizer phases has none: ConfigError).
+  /// Runs the model's forward pass on `batch`.
+  Output forward(const Batch& batch);
+  /// Applies the loss function to `output` and a batch whose `target` is `target` (a trainer of
+  /// optimizer phases has none: ConfigError).
   at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target);
+  /// Applies the loss function to `output` and `batch`.
+  at::Tensor compute_loss(const Output& output, const Batch& batch);
 
  protected:
   /// One training batch: returns its scalar loss. The default runs the custom train step if one
@@ -179,6 +231,9 @@ class Trainer {
   virtual at::Tensor train_step(Batch& batch);
   /// One evaluation batch (under no_grad): returns its scalar loss, as `train_step`.
   virtual at::Tensor eval_step(Batch& batch);
+  /// One predict batch (under inference mode): returns its predictions. The default runs the
+  /// custom predict step if one was set, else the forward.
+  virtual Output predict_step(Batch& batch);
   /// Applies the accumulated gradients: the default calls `optimizer().step()` (with optimizer
   /// phases, the step of `state().optimizer_phase`'s optimizer).
   virtual void optimizer_step();
@@ -198,14 +253,16 @@ class Trainer {
   // Runs `body` as `action` once the trainer is idle; the trainer is idle again when it returns.
   void run_as(Action action, const std::function<void()>& body);
   void ensure_idle() const;
+  double evaluate_as(Action action, BatchSource& data);  // evaluate() and test()
 
   std::shared_ptr<torch::nn::Module> module_;
-  Forward forward_;
+  BatchForward forward_;
   std::vector<OptimizerPhase> phases_;  // one, unnamed (the optimizer), unless built with several
   torch::optim::Optimizer& optimizer_;  // the first phase's
-  LossFunction loss_;
+  BatchLoss loss_;
   StepFunction train_step_;
   StepFunction eval_step_;
+  PredictFunction predict_step_;
   TrainerOptions options_;      // as configured
   TrainerOptions run_options_;  // the current action's: options_ with fast_dev_run's overrides
   EventPublisher publisher_;

@@ -37,11 +37,15 @@ struct TrainerOptions {
   TORCH_ARG(BatchLimit, limit_train_batches) = {};
   /// Batches per validation pass (fit's validations and evaluate()); see limit_train_batches.
   TORCH_ARG(BatchLimit, limit_val_batches) = {};
+  /// Batches per test pass (test()); see limit_train_batches.
+  TORCH_ARG(BatchLimit, limit_test_batches) = {};
+  /// Batches per predict pass (predict()); see limit_train_batches.
+  TORCH_ARG(BatchLimit, limit_predict_batches) = {};
   /// A quick check of the whole loop: n > 0 runs one epoch of n training batches and n
-  /// validation batches (`fast_dev_run(true)`: 1), overriding max_epochs, max_steps, the
-  /// validation schedule, the limits and num_sanity_val_steps; with State::fast_dev_run set, the
-  /// subscribers that sit out RunStage::FastDevRun (checkpoints, writing loggers, the report) are
-  /// not called, so nothing is written. 0: off.
+  /// validation batches (and n test or predict batches; `fast_dev_run(true)`: 1), overriding
+  /// max_epochs, max_steps, the validation schedule, the limits and num_sanity_val_steps; with
+  /// State::fast_dev_run set, the subscribers that sit out RunStage::FastDevRun (checkpoints,
+  /// writing loggers, the report) are not called, so nothing is written. 0: off.
   TORCH_ARG(std::int64_t, fast_dev_run) = 0;
   /// Validation batches run before the first training batch of a fit that does not resume, with
   /// State::sanity_checking set, so that a bug in the validation path shows at once; nothing of

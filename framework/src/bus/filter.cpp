@@ -103,11 +103,16 @@ std::int64_t occurrence(Event event, const State& state) noexcept {
     case Event::EvalBatchStart:
     case Event::EvalBatchEnd:
       return state.eval_batch + 1;
+    case Event::PredictBatchStart:
+    case Event::PredictBatchEnd:
+      return state.predict_batch + 1;
     case Event::ActionStart:
     case Event::ProcessGroupStart:
     case Event::ActionEnd:
     case Event::EvalStart:
     case Event::EvalEnd:
+    case Event::PredictStart:
+    case Event::PredictEnd:
     case Event::Exception:
       return kNoCounter;
   }

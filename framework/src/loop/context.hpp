@@ -5,6 +5,7 @@
 /// helpers the training and evaluation batches share.
 
 #include <torchbus/batch_source.hpp>
+#include <torchbus/output.hpp>
 #include <torchbus/state.hpp>
 #include <torchbus/trainer_options.hpp>
 
@@ -29,6 +30,8 @@ class StepHooks {
   virtual at::Tensor train_step(std::size_t phase, Batch& batch) = 0;
   /// One evaluation batch (under no_grad): its scalar loss.
   virtual at::Tensor eval_step(Batch& batch) = 0;
+  /// One predict batch (under inference mode): its predictions.
+  virtual Output predict_step(Batch& batch) = 0;
   /// Applies the gradients optimizer phase `phase` accumulated.
   virtual void optimizer_step(std::size_t phase) = 0;
 
@@ -44,6 +47,20 @@ struct LoopContext {
   StepHooks& hooks;
   const TrainerOptions& options;
   torch::nn::Module& module;
+};
+
+/// Declared right after a loop's local Batch: when the batch goes out of scope (an error
+/// included), State::batch() is made null first, so that the End events still owed, published
+/// after the loop has unwound, never see a destroyed batch.
+class CurrentBatchScope {
+ public:
+  explicit CurrentBatchScope(State& state) noexcept : state_(state) {}
+  ~CurrentBatchScope() { detail::StateWriter::forget_current_batch(state_); }
+  CurrentBatchScope(const CurrentBatchScope&) = delete;
+  CurrentBatchScope& operator=(const CurrentBatchScope&) = delete;
+
+ private:
+  State& state_;
 };
 
 /// Moves `batch` to the state's device, in channels_last when the options ask for it.

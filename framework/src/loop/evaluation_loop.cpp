@@ -4,36 +4,21 @@
 #include <torchbus/metric_names.hpp>
 
 #include "loop/evaluation_loop.hpp"
+#include "loop/mode_guard.hpp"
 #include "state/writer.hpp"
 
 namespace torchbus {
-namespace {
-
-/// Puts the module back in training or evaluation mode when an evaluation ends, even by an error.
-class ModeGuard {
- public:
-  explicit ModeGuard(torch::nn::Module& module)
-      : module_(module), was_training_(module.is_training()) {}
-  ~ModeGuard() { module_.train(was_training_); }
-  ModeGuard(const ModeGuard&) = delete;
-  ModeGuard& operator=(const ModeGuard&) = delete;
-
- private:
-  torch::nn::Module& module_;
-  bool was_training_;
-};
-
-}  // namespace
 
 void EvaluationLoop::publish(State& state) const noexcept {
   detail::StateWriter::publish_evaluation(state, batch_);
 }
 
-at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
+at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit,
+                               std::string_view loss_metric) {
   auto& state = context_.state;
   auto& events = context_.events;
   torch::NoGradGuard no_grad;
-  ModeGuard mode(context_.module);
+  const ModeGuard mode(context_.module);
   context_.module.eval();
   detail::StateWriter::set_training(state, false);
   batch_ = 0;
@@ -43,6 +28,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   at::Tensor loss_sum;
   std::int64_t samples = 0;
   Batch batch;
+  const CurrentBatchScope batch_scope(state);
   while ((batch_limit < 0 || batch_ < batch_limit) && data.next(batch)) {
     detail::StateWriter::set_cancelled(state, false);
     move_to_device(batch, context_);
@@ -80,7 +66,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit) {
   if (samples > 0) {
     mean_loss = loss_sum / static_cast<double>(samples);
     events.publish_progress();  // recorded at the fit's step and epoch
-    state.record_metric(metric_names::kValLoss, mean_loss);
+    state.record_metric(loss_metric, mean_loss);
   }
   ended_ = true;
   events.close();  // EvalEnd

@@ -12,11 +12,12 @@ void EventFlow::fire(Event event) {
       [&] { publisher_.emit(event, state_); },
       [&](const ControlSignal& signal) {
         TORCHBUS_CHECK(signal.kind() != ControlKind::BatchCancel || event == Event::BatchStart ||
-                           event == Event::BeforeBackward || event == Event::EvalBatchStart,
+                           event == Event::BeforeBackward || event == Event::EvalBatchStart ||
+                           event == Event::PredictBatchStart,
                        ConfigError, "CancelBatch raised at ", to_string(event),
                        ": a batch can only be cancelled before its backward: at "
-                       "BatchStart, in the train or eval step, at BeforeBackward or at "
-                       "EvalBatchStart");
+                       "BatchStart, in the train, eval or predict step, at BeforeBackward, at "
+                       "EvalBatchStart or at PredictBatchStart");
         apply(signal);
       });
 }

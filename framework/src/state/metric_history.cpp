@@ -138,4 +138,23 @@ void MetricHistory::erase(std::string_view name, std::size_t first, std::size_t 
   if (points.empty()) series_.erase(series_.begin() + (series - series_.data()));
 }
 
+void MetricMarks::mark(const MetricHistory& history) {
+  lengths_.clear();
+  for (auto& name : history.names()) {
+    const auto length = history.length(name);
+    lengths_.emplace_back(std::move(name), length);
+  }
+}
+
+std::vector<std::string> MetricMarks::recorded_since(const MetricHistory& history) const {
+  std::vector<std::string> names;
+  for (auto& name : history.names()) {
+    const auto found = std::find_if(lengths_.begin(), lengths_.end(),
+                                    [&](const auto& entry) { return entry.first == name; });
+    const std::size_t before = found == lengths_.end() ? 0 : found->second;
+    if (history.length(name) > before) names.push_back(std::move(name));
+  }
+  return names;
+}
+
 }  // namespace torchbus

@@ -3,6 +3,22 @@
 
 namespace torchbus {
 
+std::string_view to_string(Action action) noexcept {
+  switch (action) {
+    case Action::Fit:
+      return "fit";
+    case Action::Evaluate:
+      return "evaluate";
+    case Action::Test:
+      return "test";
+    case Action::Predict:
+      return "predict";
+    case Action::None:
+      break;
+  }
+  return "none";
+}
+
 void State::request_stop(std::string reason, StopKind kind) {
   if (stop_requested_) return;
   stop_requested_ = true;

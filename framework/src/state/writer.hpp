@@ -57,6 +57,10 @@ struct StateWriter {
   static void publish_evaluation(State& state, std::int64_t batch) noexcept {
     state.eval_batch = batch;
   }
+  /// The predict loop's batch count.
+  static void publish_prediction(State& state, std::int64_t batch) noexcept {
+    state.predict_batch = batch;
+  }
   /// The optimization step's window and current phase.
   static void publish_step(State& state, std::int64_t window_size, std::size_t phase,
                            std::string_view phase_name, torch::optim::Optimizer* optimizer,
@@ -124,6 +128,8 @@ struct StateWriter {
   static void set_current_batch(State& state, const Batch& batch) noexcept {
     state.batch_ = &batch;
   }
+  /// No current batch (its storage is going away).
+  static void forget_current_batch(State& state) noexcept { state.batch_ = nullptr; }
   /// The batch's loss as back-propagated (scaled by the window).
   static void set_backward(State& state, const at::Tensor& loss) { state.backward_loss_ = loss; }
   /// The step's loss (before AfterOptimizerStep); undefined after StepEnd.

@@ -38,6 +38,8 @@ void TrainerOptions::validate() const {
   }
   limit_train_batches_.validate("limit_train_batches");
   limit_val_batches_.validate("limit_val_batches");
+  limit_test_batches_.validate("limit_test_batches");
+  limit_predict_batches_.validate("limit_predict_batches");
   TORCHBUS_CHECK(fast_dev_run_ >= 0, ConfigError,
                  "fast_dev_run must be >= 0 (batches of training and of validation; 0: off), got ",
                  fast_dev_run_);
@@ -62,6 +64,8 @@ TrainerOptions TrainerOptions::effective() const {
       .val_every_n_steps(0)
       .limit_train_batches(BatchLimit::count(fast_dev_run_))
       .limit_val_batches(BatchLimit::count(fast_dev_run_))
+      .limit_test_batches(BatchLimit::count(fast_dev_run_))
+      .limit_predict_batches(BatchLimit::count(fast_dev_run_))
       .num_sanity_val_steps(0);
   return options;
 }

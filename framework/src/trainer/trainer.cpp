@@ -8,6 +8,7 @@
 #include <torchbus/distributed.hpp>
 #include <torchbus/error.hpp>
 #include <torchbus/logging.hpp>
+#include <torchbus/metric_names.hpp>
 #include <torchbus/tensor_names.hpp>
 #include <torchbus/trainer.hpp>
 
@@ -18,6 +19,7 @@
 #include "loop/event_flow.hpp"
 #include "loop/fit_loop.hpp"
 #include "loop/optimization_step.hpp"
+#include "loop/prediction_loop.hpp"
 #include "state/writer.hpp"
 #include "trainer/checkpoint_connector.hpp"
 #include "trainer/phase_models.hpp"
@@ -105,6 +107,40 @@ void check_phases(const std::vector<OptimizerPhase>& phases, const torch::nn::Mo
   }
 }
 
+/// The batch's fields for an error: "an input of shape [4, 3]" for a batch of `data` alone, else
+/// each field and its shape ("a batch of data [4, 3], mask [4, 7], boxes (list of 4)").
+std::string describe_fields(const Batch& batch) {
+  if (!batch.structured()) return detail::concat("an input of shape ", batch.data.sizes());
+  std::string fields;
+  const auto add = [&fields](std::string_view name, const std::string& what) {
+    fields += detail::concat(fields.empty() ? "" : ", ", name, " ", what);
+  };
+  const auto shape = [](const at::Tensor& tensor) {
+    return tensor.defined() ? detail::concat(tensor.sizes()) : std::string("(undefined)");
+  };
+  if (batch.data.defined()) add("data", shape(batch.data));
+  if (batch.target.defined()) add("target", shape(batch.target));
+  for (const auto& [name, tensor] : batch.tensors()) add(name, shape(tensor));
+  for (const auto& [name, list] : batch.lists()) {
+    add(name, detail::concat("(list of ", list.size(), ")"));
+  }
+  return "a batch of " + fields;
+}
+
+/// The output's tensors for an error: "output of shape [4, 10]", or each named one.
+std::string describe_output(const Output& output) {
+  if (output.named().empty()) {
+    return output.main().defined() ? detail::concat("output of shape ", output.main().sizes())
+                                   : std::string("an undefined output");
+  }
+  std::string tensors;
+  for (const auto& [name, tensor] : output.named()) {
+    tensors += detail::concat(tensors.empty() ? "" : ", ", name, " ",
+                              tensor.defined() ? detail::concat(tensor.sizes()) : "(undefined)");
+  }
+  return "outputs " + tensors;
+}
+
 /// Logs, at the end of an action that went on past them, the subscribers disabled so far.
 void log_disabled(const std::vector<SubscriberFailure>& failures, std::string_view action) {
   std::string list;
@@ -127,6 +163,7 @@ struct Trainer::Engine final : StepHooks {
         context{owner.state_, events, *this, owner.run_options_, *owner.module_},
         step(context, owner.phases_, sync),
         evaluation(context, sync),
+        prediction(context),
         fit(context, step, evaluation, sync) {
     events.set_progress(&fit);  // the loops' counters, into the state before each emission
   }
@@ -136,6 +173,7 @@ struct Trainer::Engine final : StepHooks {
     return trainer.train_step(batch);
   }
   at::Tensor eval_step(Batch& batch) override { return trainer.eval_step(batch); }
+  Output predict_step(Batch& batch) override { return trainer.predict_step(batch); }
   void optimizer_step(std::size_t phase) override {
     serving_phase = phase;
     trainer.optimizer_step();
@@ -153,6 +191,7 @@ struct Trainer::Engine final : StepHooks {
   LoopContext context;
   OptimizationStep step;
   EvaluationLoop evaluation;
+  PredictionLoop prediction;
   FitLoop fit;
   detail::TensorCopyPool copies;  ///< reused by one background checkpoint after another
   /// The optimizer phase whose step the loop called last: the one the trainer's `train_step` and
@@ -162,6 +201,20 @@ struct Trainer::Engine final : StepHooks {
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, Forward forward,
                  torch::optim::Optimizer& optimizer, LossFunction loss, TrainerOptions options)
+    : Trainer(std::move(module),
+              forward ? BatchForward([forward = std::move(forward)](const Batch& batch) -> Output {
+                return forward(batch.data);
+              })
+                      : BatchForward(),
+              optimizer,
+              loss ? BatchLoss([loss = std::move(loss)](const Output& output, const Batch& batch) {
+                return loss(output.main(), batch.target);
+              })
+                   : BatchLoss(),
+              std::move(options)) {}
+
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, BatchForward forward,
+                 torch::optim::Optimizer& optimizer, BatchLoss loss, TrainerOptions options)
     : module_(std::move(module)),
       forward_(std::move(forward)),
       phases_{OptimizerPhase(
@@ -222,6 +275,11 @@ Trainer& Trainer::set_train_step(StepFunction step) {
 
 Trainer& Trainer::set_eval_step(StepFunction step) {
   eval_step_ = std::move(step);
+  return *this;
+}
+
+Trainer& Trainer::set_predict_step(PredictFunction step) {
+  predict_step_ = std::move(step);
   return *this;
 }
 
@@ -296,7 +354,7 @@ void Trainer::run_as(Action action, const std::function<void()>& body) {
   const auto disabled_before = count_disabled(failures);
   body();
   if (count_disabled(failures) > disabled_before) {
-    log_disabled(failures, action == Action::Fit ? "fit()" : "evaluate()");
+    log_disabled(failures, std::string(to_string(action)) + "()");
   }
 }
 
@@ -335,19 +393,50 @@ void Trainer::fit_sources(BatchSource& train, BatchSource* validation) {
 }
 
 double Trainer::evaluate_source(BatchSource& data) {
+  return evaluate_as(Action::Evaluate, data);
+}
+
+double Trainer::test_source(BatchSource& data) {
+  return evaluate_as(Action::Test, data);
+}
+
+double Trainer::evaluate_as(Action action, BatchSource& data) {
+  const bool test = action == Action::Test;
   at::Tensor mean_loss;
-  run_as(Action::Evaluate, [&] {
+  run_as(action, [&] {
     state_.clear_stop();
     detail::StateWriter::clear_all(state_);
     detail::StateWriter::set_epoch_cut_short(state_, false);  // a failed fit may have left it
     prepare_run();
     const auto limit =
-        run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
+        test ? run_options_.limit_test_batches().batches_per_pass(data.size(), "limit_test_batches")
+             : run_options_.limit_val_batches().batches_per_pass(data.size(), "limit_val_batches");
     engine_->step.reset();
-    engine_->events.run_action([&] { mean_loss = engine_->evaluation.run(data, limit); },
-                               process_group());
+    engine_->events.run_action(
+        [&] {
+          mean_loss = engine_->evaluation.run(
+              data, limit, test ? metric_names::kTestLoss : metric_names::kValLoss);
+        },
+        process_group());
   });
   return mean_loss.defined() ? mean_loss.item<double>() : std::nan("");
+}
+
+std::vector<Output> Trainer::predict_source(BatchSource& data, bool keep) {
+  std::vector<Output> predictions;
+  run_as(Action::Predict, [&] {
+    state_.clear_stop();
+    detail::StateWriter::clear_all(state_);
+    detail::StateWriter::set_epoch_cut_short(state_, false);
+    prepare_run();
+    const auto limit =
+        run_options_.limit_predict_batches().batches_per_pass(data.size(), "limit_predict_batches");
+    engine_->step.reset();
+    engine_->events.run_action(
+        [&] { engine_->prediction.run(data, limit, keep ? &predictions : nullptr); },
+        process_group());
+  });
+  return predictions;
 }
 
 // ---- checkpoints --------------------------------------------------------------------------------
@@ -387,41 +476,54 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
   TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "a trainer of optimizer phases has no forward and loss of its own to evaluate "
                  "with; give it an eval step (set_eval_step) or override eval_step");
-  at::Tensor output;
+  Output output;
   try {
-    output = forward_(batch.data);
+    output = forward_(batch);
   } catch (const c10::Error& error) {
-    throw DataError(detail::concat("the model's forward failed on an input of shape ",
-                                   batch.data.sizes(), ": ", detail::first_line(error)));
+    throw DataError(detail::concat("the model's forward failed on ", describe_fields(batch), ": ",
+                                   detail::first_line(error)));
   }
   at::Tensor loss;
   try {
-    loss = loss_(output, batch.target);
+    loss = loss_(output, batch);
   } catch (const c10::Error& error) {
-    throw DataError(detail::concat("the loss failed on output of shape ", output.sizes(),
-                                   " and target of shape ", batch.target.sizes(), ": ",
-                                   detail::first_line(error),
-                                   " (expected a target that fits the model's output)"));
+    const auto expected = batch.structured()
+                              ? " (expected a batch whose fields fit the model's output)"
+                              : " (expected a target that fits the model's output)";
+    throw DataError(detail::concat(
+        "the loss failed on ", describe_output(output),
+        batch.structured() ? " and " + describe_fields(batch)
+                           : detail::concat(" and target of shape ", batch.target.sizes()),
+        ": ", detail::first_line(error), expected));
   }
-  state_.tensors.set(tensor_names::kOutput, output);
+  for (const auto& [name, tensor] : output.named()) state_.tensors.set(name, tensor);
+  state_.tensors.set(tensor_names::kOutput, output.main());
   state_.tensors.set(tensor_names::kTarget, batch.target);
   state_.tensors.set(tensor_names::kLoss, loss);
-  state_.set_batch_output(output);
+  state_.set_batch_output(output.main());
   return loss;
 }
 
 at::Tensor Trainer::forward(const at::Tensor& input) {
+  return forward(Batch(input, at::Tensor())).main();
+}
+
+Output Trainer::forward(const Batch& batch) {
   TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError,
                  "a trainer of optimizer phases has no forward of its own; call the forward of "
                  "the model you mean");
-  return forward_(input);
+  return forward_(batch);
 }
 
 at::Tensor Trainer::compute_loss(const at::Tensor& output, const at::Tensor& target) {
+  return compute_loss(Output(output), Batch(at::Tensor(), target));
+}
+
+at::Tensor Trainer::compute_loss(const Output& output, const Batch& batch) {
   TORCHBUS_CHECK(static_cast<bool>(loss_), ConfigError,
                  "a trainer of optimizer phases has no loss function of its own; compute the "
                  "loss in the phase's step function");
-  return loss_(output, target);
+  return loss_(output, batch);
 }
 
 at::Tensor Trainer::train_step(Batch& batch) {
@@ -434,6 +536,19 @@ at::Tensor Trainer::own_step(Batch& batch) {
 
 at::Tensor Trainer::eval_step(Batch& batch) {
   return eval_step_ ? eval_step_(*this, batch) : forward_and_loss(batch);
+}
+
+Output Trainer::predict_step(Batch& batch) {
+  if (predict_step_) return predict_step_(*this, batch);
+  TORCHBUS_CHECK(static_cast<bool>(forward_), ConfigError,
+                 "a trainer of optimizer phases has no forward of its own to predict with; give it "
+                 "a predict step (set_predict_step) or override predict_step");
+  try {
+    return forward_(batch);
+  } catch (const c10::Error& error) {
+    throw DataError(detail::concat("the model's forward failed on ", describe_fields(batch), ": ",
+                                   detail::first_line(error)));
+  }
 }
 
 void Trainer::optimizer_step() {

@@ -15,6 +15,7 @@
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/lr_finder.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/callbacks/prediction_writer.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
 #include <torchbus/callbacks/run_report.hpp>

@@ -23,8 +23,10 @@ struct ClassificationMetricsOptions {
   TORCH_ARG(std::string, name) = "classification_metrics";
   /// Number of classes C (0: output.size(1) of the first evaluation batch).
   TORCH_ARG(std::int64_t, num_classes) = 0;
-  /// Prefix of every recorded metric: "<prefix>accuracy", "<prefix>precision", ...
+  /// Prefix of every recorded metric of a validation: "<prefix>accuracy", "<prefix>precision", ...
   TORCH_ARG(std::string, prefix) = "val_";
+  /// Prefix of every recorded metric of a test (Trainer::test): "test_accuracy", ...
+  TORCH_ARG(std::string, test_prefix) = "test_";
   /// Also record "<prefix>precision_class_<c>", "<prefix>recall_class_<c>", "<prefix>f1_class_<c>".
   TORCH_ARG(bool, per_class) = true;
   /// Also record "<prefix>precision_micro", "<prefix>recall_micro", "<prefix>f1_micro": from the
@@ -85,7 +87,7 @@ class ClassificationMetrics : public Callback {
 
  private:
   void count_rank_hits(const at::Tensor& output, const at::Tensor& target);
-  std::vector<std::string> metric_names() const;
+  std::vector<std::string> metric_names(const std::string& prefix) const;
   std::int64_t max_top_k() const;
 
   ClassificationMetricsOptions options_;
@@ -94,6 +96,7 @@ class ClassificationMetrics : public Callback {
   at::Tensor rank_hits_;            // [max k]: samples whose class has the j-th highest score
   at::Tensor last_;                 // C x C, CPU, last completed evaluation
   std::vector<std::string> names_;  // metric names, in the order on_eval_end records them
+  std::string names_prefix_;        // the prefix names_ were made with
 };
 
 }  // namespace torchbus

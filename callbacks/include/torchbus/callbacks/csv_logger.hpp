@@ -6,6 +6,7 @@
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
 #include <torchbus/callbacks/logged_values.hpp>
+#include <torchbus/metric_history.hpp>
 #include <torchbus/tensor_names.hpp>
 
 #include <chrono>
@@ -60,8 +61,9 @@ struct CsvLoggerOptions {
 
 /// Writes a CSV file with a `kind` column: `step` rows (every `step_freq` steps: the step's
 /// tensors and learning rate) and `epoch` rows (at each EpochEnd: the latest value of every metric
-/// recorded during the epoch). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then the
-/// metrics in the order they first appear. Rows are recorded as numbers; every `flush_secs` (or
+/// recorded during the epoch), and a `test` row at the end of each test (every metric it recorded:
+/// test_loss, test_accuracy, ...). Columns: `kind,step,epoch,wall_time`, the tensors, `lr`, then
+/// the metrics in the order they first appear. Rows are recorded as numbers; every `flush_secs` (or
 /// 128 rows) a background task formats and writes them, and at the end and before a checkpoint is
 /// written they are written before the hook returns, so a killed run loses no row its checkpoint
 /// covers. See docs/builtin-callbacks-loggers.md for the layout, appending and resuming.
@@ -89,8 +91,11 @@ class CsvLogger : public Callback {
   /// Writes a step row when `state.step` is a multiple of `step_freq`; flushes the rows when
   /// `flush_secs` have passed since the last flush or 128 rows are waiting.
   void on_step_end(State& state) override;
-  /// Flushes the rows, so that they do not wait while the evaluation runs.
+  /// Flushes the rows, so that they do not wait while the evaluation runs; in a test, notes the
+  /// metrics recorded so far.
   void on_eval_start(State& state) override;
+  /// In a test (Trainer::test): writes the test row, every metric the test recorded.
+  void on_eval_end(State& state) override;
   /// Writes the epoch row.
   void on_epoch_end(State& state) override;
   /// Closes the file.
@@ -133,6 +138,7 @@ class CsvLogger : public Callback {
   StepLearningRate lr_;         // the learning rate of the step a row is written for
   bool opened_before_ = false;  // an earlier action of this logger opened the file
   bool reconciled_ = true;      // existing rows were checked against the resume point
+  MetricMarks test_marks_;      // the metrics' lengths when the current test began
 };
 
 }  // namespace torchbus

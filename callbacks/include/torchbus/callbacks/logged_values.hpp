@@ -56,8 +56,9 @@ class StepLearningRate {
 /// The tensor a built-in's option names, e.g. `TerminateOnNaNOptions::tensors`: the names of
 /// tensor_names.hpp stand for the step's typed values (`kLoss`: `state.batch_loss()`,
 /// `kStepLoss`: `state.step_loss()`, `kOutput`, `kTarget`: `state.batch_output()`,
-/// `batch_target()`), any other name is a tensor of `state.tensors`. Null when there is none or
-/// the typed value is undefined.
+/// `batch_target()`), any other name is a tensor of `state.tensors` (a named output among them),
+/// else a tensor field of the current batch (`state.batch()`: "data", "labels", a mask). Null when
+/// there is none or the typed value is undefined.
 const at::Tensor* find_step_tensor(const State& state, std::string_view name) noexcept;
 
 /// The names `find_step_tensor` finds now, for messages about a name it does not find.

@@ -90,7 +90,8 @@ struct RunReportOptions {
 /// a header with title, status (running, finished, stopped with its reason, failed with the
 /// error), steps, epochs and wall time; one SVG line chart per metric against the step with epoch
 /// boundaries marked and min, max, last and best values; a table of the trainer's and the
-/// application's options; and the tables added with add_table or add_table_provider. Written at
+/// application's options; a "Test" table of the last test's metrics (Trainer::test); and the tables
+/// added with add_table or add_table_provider. Written at
 /// ActionStart (which checks that the path is writable), every `update_every_n_epochs` epochs and
 /// at ActionEnd (also after an exception), atomically. Rank 0 only by default. See
 /// docs/builtin-callbacks-report.md. Role::Report, after Role::Checkpoint.
@@ -133,6 +134,10 @@ class RunReport : public Callback {
   void on_step_end(State& state) override;
   /// Rewrites the report every `update_every_n_epochs` epochs (a failure is logged).
   void on_epoch_end(State& state) override;
+  /// In a test, notes the metrics recorded so far.
+  void on_eval_start(State& state) override;
+  /// In a test, adds (or replaces) the "Test" section: every metric the test recorded.
+  void on_eval_end(State& state) override;
   /// Writes the final report; throws Error naming the path when it cannot.
   void on_action_end(State& state) override;
   /// Writes the sampled series and the wall time.
@@ -158,6 +163,7 @@ class RunReport : public Callback {
   std::vector<ReportTable> tables_;
   std::vector<ReportTableProvider> providers_;
   std::vector<ReportChart> charts_;
+  MetricMarks test_marks_;              // the metrics' lengths when the current test began
   std::vector<MetricPoint> lr_;         // sampled learning rate (record_lr)
   std::vector<MetricPoint> step_time_;  // sampled step time (record_step_time)
   Clock::time_point step_start_{};
@@ -165,9 +171,10 @@ class RunReport : public Callback {
   double elapsed_before_ = 0.0;  // seconds of this run's earlier actions
   std::optional<std::chrono::system_clock::time_point> started_;  // when the run began
   bool in_action_ = false;
-  bool start_failed_ = false;  // this action's ActionStart could not write: no report at its end
-  bool trains_ = false;        // the current (or last) action is a fit
-  StepLearningRate step_lr_;   // reads the learning rate of a step (record_lr)
+  bool start_failed_ = false;     // this action's ActionStart could not write: no report at its end
+  bool trains_ = false;           // the current (or last) action is a fit
+  Action action_ = Action::None;  // the current (or last) action
+  StepLearningRate step_lr_;      // reads the learning rate of a step (record_lr)
 };
 
 }  // namespace torchbus
