@@ -11,6 +11,9 @@
 //                loss and lr; no histograms), writing into a temporary directory
 //   python   (d) the hand loop in Python PyTorch, run by benchmarks/python_loop.py --serve in a
 //                child process that this program drives, so that it is interleaved too
+//   structured (f) (b) on batches of three named tensors (`features`, `labels`, `index`) with a
+//                forward of the batch and a loss of the output and the batch: the same work as
+//                (b), whose Example<> batches it is measured against (structured_over_example)
 // Models: mlp32 = 32-64-10 with batch 32, mlp784 = 784-256-10 with batch 64; SGD lr 0.01; 64
 // batches per epoch.
 //   cnn = the MNIST CNN without dropout: Conv2d(1,32,3) ReLU Conv2d(32,64,3) ReLU MaxPool2d(2)
@@ -113,7 +116,8 @@ struct Options {
   int steps_cnn = 4;      // batches (= steps) per variant per round
   std::string clock;      // "cpu" or "wall"; empty: cpu with 1 thread, else wall
   std::vector<std::string> models = {"mlp32", "mlp784", "cnn"};
-  std::vector<std::string> variants = {"hand", "none", "typical", "logging", "python"};
+  std::vector<std::string> variants = {"hand",    "none",   "typical",
+                                       "logging", "python", "structured"};
   // The CNN's variants (each in float32 and bf16-mixed): hand, none, typical, python.
   std::vector<std::string> cnn_variants = {"typical", "python"};
   bool channels_last = false;  // the CNN's parameters and inputs in channels_last memory format
@@ -143,7 +147,8 @@ struct Options {
       << "  --models LIST      comma-separated subset of mlp32,mlp784,cnn,resnet (default:\n"
       << "                     mlp32,mlp784,cnn)\n"
       << "  --no-cnn           leave the CNN out (same as --models mlp32,mlp784)\n"
-      << "  --variants LIST    MLP variants: subset of hand,none,typical,logging,python (e.g. for\n"
+      << "  --variants LIST    MLP variants: subset of hand,none,typical,logging,python,structured\n"
+      << "                     (e.g. for\n"
       << "                     callgrind)\n"
       << "  --cnn-variants LIST  CNN variants, each in float32 and bf16-mixed: subset of\n"
       << "                     hand,none,typical,python (default typical,python)\n"
@@ -252,7 +257,7 @@ Options parse(int argc, char** argv) {
       options.variants = split(value());
       for (const auto& variant : options.variants) {
         if (variant != "hand" && variant != "none" && variant != "typical" &&
-            variant != "logging" && variant != "python") {
+            variant != "logging" && variant != "python" && variant != "structured") {
           std::cerr << "loop_bench: unknown variant '" << variant << "'\n";
           std::exit(2);
         }
@@ -635,6 +640,49 @@ class TrainerLoop final : public Variant {
   std::int64_t step_sum_ = 0;
 };
 
+/// (f): the Trainer with no subscribers on the same samples as named fields, with a forward of the
+/// batch and a loss of the output and the batch.
+template <typename Setup>
+class StructuredTrainerLoop final : public Variant {
+ public:
+  StructuredTrainerLoop(const ModelSpec& spec, const std::vector<Batch>& batches, bool zero_grad)
+      : model_(make_model<typename Setup::Net>(spec)),
+        optimizer_(model_->parameters(), Setup::options()),
+        trainer_(model_.ptr(),
+                 torchbus::Trainer::BatchForward([this](const Batch& batch) {
+                   return torchbus::Output(model_->forward(batch.get("features")));
+                 }),
+                 optimizer_,
+                 [](const torchbus::Output& output, const Batch& batch) {
+                   return cross_entropy(output.main(), batch.get("labels"));
+                 },
+                 torchbus::TrainerOptions()
+                     .max_epochs(spec.epochs)
+                     .set_grads_to_none(!zero_grad)
+                     .use_registered_subscriptions(false)) {
+    std::int64_t first = 0;
+    for (const auto& batch : batches) {
+      Batch named;
+      named.set("features", batch.data)
+          .set("labels", batch.target)
+          .set("index", torch::arange(first, first + batch.data.size(0), torch::kLong));
+      first += batch.data.size(0);
+      batches_.push_back(std::move(named));
+    }
+  }
+  std::int64_t run() override {
+    trainer_.fit(batches_);
+    return trainer_.state().step;
+  }
+  std::vector<at::Tensor> parameters() override { return model_->parameters(); }
+
+ private:
+  typename Setup::Net model_;
+  typename Setup::Optimizer optimizer_;
+  std::vector<Batch> batches_;
+  torchbus::Trainer trainer_;
+};
+
 // ---- the Python variant
 // ---------------------------------------------------------------------------
 
@@ -735,7 +783,8 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-const std::vector<std::string> kVariants = {"hand", "none", "typical", "logging", "python"};
+const std::vector<std::string> kVariants = {"hand",   "none",      "typical", "logging",
+                                            "python", "structured"};
 // The CNN's, in table order; each float32 variant has a bf16-mixed twin.
 const std::vector<std::string> kCnnVariants = {"hand",    "hand_bf16",    "none",   "none_bf16",
                                                "typical", "typical_bf16", "python", "python_bf16"};
@@ -754,6 +803,7 @@ std::string describe(const std::string& variant) {
   if (base == "none") return "(b) Trainer, no subscribers" + suffix;
   if (base == "typical") return "(c) Trainer + typical built-ins" + suffix;
   if (base == "logging") return "(e) (c) + CSV + TensorBoard every step";
+  if (base == "structured") return "(f) (b) on 3 named tensors, batch forward";
   return "(d) Python PyTorch hand loop" + suffix;
 }
 
@@ -937,7 +987,9 @@ int run(const Options& options) {
           spec, batches, Subscribers::Typical, log_dir.path(), options.zero_grad);
       variants["logging"] = std::make_unique<TrainerLoop<MlpSetup>>(
           spec, batches, Subscribers::Logging, log_dir.path(), options.zero_grad);
-      for (const auto* name : {"hand", "none", "typical", "logging"}) {
+      variants["structured"] =
+          std::make_unique<StructuredTrainerLoop<MlpSetup>>(spec, batches, options.zero_grad);
+      for (const auto* name : {"hand", "none", "typical", "logging", "structured"}) {
         if (wanted(name)) order.emplace_back(name);
       }
       same_arithmetic.push_back(order);
@@ -1127,6 +1179,8 @@ int run(const Options& options) {
   std::cout << "loop_overhead_ratio_none=" << fixed(paired("mlp32", "none"), 4) << '\n'
             << "loop_overhead_ratio_typical=" << fixed(paired("mlp32", "typical"), 4) << '\n'
             << "logging_overhead_ratio=" << fixed(paired("mlp32", "logging", "typical"), 4) << '\n'
+            << "structured_over_example=" << fixed(paired("mlp32", "structured", "none"), 4)
+            << '\n'
             << "python_over_torchbus=" << fixed(paired("mlp32", "python", "typical"), 4) << '\n'
             << "python_over_hand=" << fixed(paired("mlp32", "python"), 4) << '\n'
             << "loop_overhead_ratio_typical_mlp784=" << fixed(paired("mlp784", "typical"), 4)

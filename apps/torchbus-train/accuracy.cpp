@@ -86,7 +86,7 @@ void Accuracy::on_eval_batch_end(torchbus::State& state) {
   eval_.add(state);
 }
 void Accuracy::on_eval_end(torchbus::State& state) {
-  eval_.record(state, "val_accuracy");
+  eval_.record(state, std::string(state.metric_prefix()) + "accuracy");  // val_, test_
 }
 
 }  // namespace train

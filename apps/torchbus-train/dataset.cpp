@@ -259,7 +259,20 @@ std::vector<std::string> label_warnings(const std::string& path,
   return {};
 }
 
-Dataset csv_dataset(const std::string& path, const std::string& label) {
+namespace {
+
+/// A CSV file's rows: the features of each row and, when the file has the label column, its labels.
+struct CsvTable {
+  std::vector<float> features;
+  std::vector<std::int64_t> labels;  // empty without the label column
+  std::int64_t rows = 0;
+  std::int64_t columns = 0;  // feature columns
+  bool labelled = false;     // the file has the label column
+};
+
+/// Reads `path`: a header row, then numeric cells; the column `label` holds class indices. Without
+/// that column the file is a DataError when `label_required`, else every column is a feature.
+CsvTable read_csv_table(const std::string& path, const std::string& label, bool label_required) {
   regular_file_size(path, "CSV", "a CSV file");
   errno = 0;
   std::ifstream in(path);
@@ -297,14 +310,16 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
                    "'; expected a different name for every column");
   }
   const auto label_entry = column_of_name.find(label);
-  TORCHBUS_CHECK(label_entry != column_of_name.end(), DataError, "CSV: '", path,
+  TORCHBUS_CHECK(label_entry != column_of_name.end() || !label_required, DataError, "CSV: '", path,
                  "' has no column '", label,
                  "'; its columns are: ", excerpt(torchbus::detail::join_or_none(header), 200));
-  const auto label_column = label_entry->second;
-  TORCHBUS_CHECK(header.size() >= 2, DataError, "CSV: '", path,
+  CsvTable table;
+  table.labelled = label_entry != column_of_name.end();
+  const auto label_column = table.labelled ? label_entry->second : header.size();
+  TORCHBUS_CHECK(header.size() >= (table.labelled ? 2u : 1u), DataError, "CSV: '", path,
                  "' needs at least one feature column besides the label");
-  std::vector<float> features;
-  std::vector<std::int64_t> labels;
+  auto& features = table.features;
+  auto& labels = table.labels;
   while (read_line()) {
     if (trim(line).empty()) continue;
     const auto cells = split_csv_line(line);
@@ -329,11 +344,22 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
         features.push_back(static_cast<float>(value));
       }
     }
+    ++table.rows;
   }
-  const auto rows = static_cast<std::int64_t>(labels.size());
+  table.columns = static_cast<std::int64_t>(header.size()) - (table.labelled ? 1 : 0);
+  return table;
+}
+
+}  // namespace
+
+Dataset csv_dataset(const std::string& path, const std::string& label) {
+  auto table = read_csv_table(path, label, /*label_required=*/true);
+  auto& features = table.features;
+  auto& labels = table.labels;
+  const auto rows = table.rows;
   TORCHBUS_CHECK(rows >= 2, DataError, "CSV: '", path, "' has ", rows,
                  " data rows; expected at least 2 (one for training, one for validation)");
-  const auto columns = static_cast<std::int64_t>(header.size()) - 1;
+  const auto columns = table.columns;
   const auto inputs = torch::from_blob(features.data(), {rows, columns}, torch::kFloat).clone();
   const auto targets = torch::from_blob(labels.data(), {rows}, torch::kLong).clone();
   const auto validation = std::max<std::int64_t>(1, rows / 5);
@@ -370,6 +396,61 @@ Dataset load_dataset(const std::string& spec, std::uint64_t seed) {
   throw ConfigError(concat("--data '", spec,
                            "' is not a data source; expected synthetic, mnist:DIR or "
                            "csv:FILE[:LABEL]"));
+}
+
+HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required) {
+  const auto colon = spec.find(':');
+  const auto kind = spec.substr(0, colon);
+  HeldOut held_out;
+  if (kind == "csv" && colon != std::string::npos) {
+    // Every row of the file, with its labels when it has the label column.
+    const auto rest = spec.substr(colon + 1);
+    const auto label_colon = rest.rfind(':');
+    const bool named = label_colon != std::string::npos && label_colon + 1 < rest.size();
+    const auto path = named ? rest.substr(0, label_colon) : rest;
+    const auto label = named ? rest.substr(label_colon + 1) : std::string("label");
+    auto table = read_csv_table(path, label, labels_required);
+    TORCHBUS_CHECK(table.rows >= 1, DataError, "CSV: '", path, "' has no data rows");
+    held_out.inputs =
+        torch::from_blob(table.features.data(), {table.rows, table.columns}, torch::kFloat).clone();
+    if (table.labelled) {
+      held_out.targets = torch::from_blob(table.labels.data(), {table.rows}, torch::kLong).clone();
+    }
+    held_out.description =
+        concat("CSV ", path, ": ", table.rows, " rows, ", table.columns, " features",
+               table.labelled ? concat(", label '", label, "'") : std::string(", no labels"));
+    return held_out;
+  }
+  // The built-in set and MNIST: their validation split (MNIST: the t10k files).
+  const auto data = load_dataset(spec, seed);
+  held_out.inputs = data.validation_inputs;
+  held_out.targets = data.validation_targets;
+  held_out.description = concat(data.description, ": its ", data.validation_inputs.size(0),
+                                " held-out samples");
+  return held_out;
+}
+
+HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std::uint64_t seed,
+                          bool labels_required, const Dataset& trained_on) {
+  HeldOut held_out;
+  try {
+    held_out = load_held_out(spec, seed, labels_required);
+  } catch (const ConfigError& error) {
+    throw ConfigError(concat(flag, " ", spec, ": ", error.what()));
+  }
+  const auto shape = held_out.inputs.sizes().slice(1);
+  const auto expected = trained_on.train_inputs.sizes().slice(1);
+  TORCHBUS_CHECK(shape == expected, DataError, flag, " ", spec, ": its samples have shape ", shape,
+                 " (", held_out.description, "); the model, made for --data's, takes ", expected,
+                 " (", trained_on.description, "); give --data the data the weights were "
+                 "trained on");
+  if (held_out.targets.defined() && held_out.targets.numel() > 0) {
+    const auto largest = held_out.targets.max().item<std::int64_t>();
+    TORCHBUS_CHECK(largest < trained_on.classes, DataError, flag, " ", spec, ": label ", largest,
+                   " is not one of the model's ", trained_on.classes, " classes (0 to ",
+                   trained_on.classes - 1, ")");
+  }
+  return held_out;
 }
 
 }  // namespace train

@@ -39,4 +39,21 @@ Dataset mnist_dataset(const std::string& directory);
 /// name one class only, are warnings.
 Dataset csv_dataset(const std::string& path, const std::string& label);
 
+/// Data to test or predict on: every sample, in order.
+struct HeldOut {
+  at::Tensor inputs;        ///< [N, ...]
+  at::Tensor targets;       ///< [N] class indices; undefined for a CSV file without labels
+  std::string description;  ///< one line for the log
+};
+
+/// The data of `spec` to test or predict on: synthetic: its held-out split; mnist:DIR: the t10k
+/// files; csv:FILE[:LABEL]: every row of the file, the label column optional unless
+/// `labels_required` (a test). Errors as load_dataset's.
+HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required);
+
+/// load_held_out for the flag `flag` (--test, --predict), checked against the data the model is
+/// made for: samples of another shape, or labels past its classes, are a DataError naming both.
+HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std::uint64_t seed,
+                          bool labels_required, const Dataset& trained_on);
+
 }  // namespace train

@@ -132,6 +132,17 @@ void describe_training_flags(CLI::App& app, Flags& flags) {
       "--data", flags.data,
       "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
       "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
+  app.add_option("--test", flags.test,
+                 "after training, test on DATA (a --data source: synthetic and mnist:DIR test on "
+                 "their held-out samples, csv:FILE[:LABEL] on every row): test_loss and "
+                 "test_accuracy in summary.json, a test row in metrics.csv")
+      ->check(non_empty("a data source"));
+  app.add_option("--predict", flags.predict,
+                 "train nothing: predict every sample of DATA (as --test reads it; a CSV file "
+                 "needs no label column) with the --init-from/--weights weights and write "
+                 "OUT/predictions.csv (index, class, one probability per class, the label when "
+                 "the data has one), rows in DATA's order")
+      ->check(non_empty("a data source"));
   app.add_option("--model", flags.model, "auto (cnn for MNIST, else mlp) | mlp | cnn")
       ->check(CLI::IsMember({"auto", "mlp", "cnn"}));
   app.add_option("--hidden", flags.hidden, "hidden widths of the MLP, e.g. --hidden 128 64")
@@ -229,7 +240,7 @@ void describe_output_flags(CLI::App& app, Flags& flags) {
                "replace the run in OUT: remove its outputs (log, checkpoints, metrics, "
                "TensorBoard files, report, summary, model.pt) first")
       ->excludes(resume);
-  app.add_option("--init-from", flags.init_from,
+  app.add_option("--init-from,--weights", flags.init_from,
                  "start from the weights of a state_dict FILE: Python's torch.save(model."
                  "state_dict(), FILE) of the same network (docs/interop.md) or a run's "
                  "OUT/model.pt; every name and shape must match; the file's SHA-256 enters the "
@@ -390,6 +401,24 @@ void check_flag_combinations(const Flags& flags, const c10::Device& device) {
   }
   if (flags.validate && flags.init_from.empty() && !flags.resume) {
     throw UsageError("--validate evaluates given weights: it needs --init-from FILE or --resume");
+  }
+  if (!flags.predict.empty()) {
+    if (flags.init_from.empty()) {
+      throw UsageError(
+          "--predict uses given weights: it needs --weights FILE (a run's OUT/model.pt, or "
+          "Python's torch.save(model.state_dict(), FILE))");
+    }
+    for (const auto& [given, name] :
+         {std::pair(flags.resume, "--resume"), std::pair(flags.validate, "--validate"),
+          std::pair(flags.find_lr, "--find-lr"), std::pair(flags.fast_dev_run > 0, "--fast-dev-run"),
+          std::pair(!flags.test.empty(), "--test")}) {
+      if (given) throw UsageError(std::string("--predict trains nothing: drop ") + name);
+    }
+  }
+  if (!flags.test.empty() && flags.validate) {
+    throw UsageError(
+        "--test tests the weights a run trained; --validate trains nothing (to score given "
+        "weights on other data, give that data to --data with --validate)");
   }
   if (flags.validate && (flags.find_lr || flags.fast_dev_run > 0)) {
     throw UsageError(std::string("--validate trains nothing: it cannot be combined with ") +

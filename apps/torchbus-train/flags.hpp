@@ -63,6 +63,8 @@ struct Flags {
   bool find_lr = false;
   std::string init_from;  // a state_dict file (empty: none)
   bool validate = false;
+  std::string test;     // data to test on after training (empty: none)
+  std::string predict;  // data to predict on, training nothing (empty: none)
 };
 
 /// Adds every flag to `app`, each writing into `flags`, with its help text and its check.

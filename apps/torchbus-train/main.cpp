@@ -9,6 +9,7 @@
 #include "exit_status.hpp"
 #include "flags.hpp"
 #include "lr_sweep.hpp"
+#include "predict.hpp"
 #include "process_allocator.hpp"
 #include "rank_agreement.hpp"
 #include "run_callbacks.hpp"
@@ -67,6 +68,8 @@ struct SetUp {
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   bool lr_recorded = false;  // --find-lr --resume: lr_found read back from OUT, not swept again
   std::vector<std::shared_ptr<torchbus::Callback>> steering;  // built and checked before OUT
+  std::optional<train::HeldOut> test_data;     // --test
+  std::optional<train::HeldOut> predict_data;  // --predict
 };
 
 /// Checks the flags on this machine, loads the data, makes the model (from --init-from's weights),
@@ -94,6 +97,18 @@ SetUp set_up(Flags& flags, const torchbus::ProcessGroup& group) {
   run.model = train::make_model(flags, run.data);
   if (!flags.init_from.empty()) {
     run.init_from_sha256 = train::initialize_from(flags.init_from, *run.model);
+  }
+  if (!flags.test.empty()) {
+    run.test_data = train::load_held_out_for("--test", flags.test, flags.seed,
+                                             /*labels_required=*/true, run.data);
+    const auto samples = run.test_data->inputs.size(0);
+    TORCHBUS_CHECK(samples >= world_size, torchbus::DataError, "--test ", flags.test, " has ",
+                   samples, " samples; each of the ", world_size,
+                   " ranks tests a share of them: expected at least ", world_size);
+  }
+  if (!flags.predict.empty()) {
+    run.predict_data = train::load_held_out_for("--predict", flags.predict, flags.seed,
+                                                /*labels_required=*/false, run.data);
   }
   const train::IdentitiesOf identities_of = [&](const Flags& given) {
     const bool cnn = train::uses_cnn(given, run.data);
@@ -199,6 +214,22 @@ FitEnd fit(Training& training, std::chrono::steady_clock::time_point started) {
   return end;
 }
 
+/// --test: the trained weights (model.pt's) on the test data, every rank its share.
+train::ValidationResult test_trained(Training& training) {
+  const auto& data = *training.run.test_data;
+  const auto& flags = training.flags;
+  train::ShuffledBatches batches(
+      data.inputs, data.targets, flags.batch_size, /*shuffle=*/false, flags.seed,
+      {training.group->rank(), training.group->world_size(), /*equal_sizes=*/false},
+      /*pin_memory=*/training.run.device.device.is_cuda());
+  train::ValidationResult result;
+  result.loss = training.trainer.test_source(batches);
+  result.accuracy = train::latest_or_nan(training.trainer.state().metrics, "test_accuracy");
+  torchbus::logger()->info("test on {}: loss {:.4f} accuracy {:.3f}", data.description,
+                           result.loss, result.accuracy);
+  return result;
+}
+
 /// Trains, then (rank 0) writes model.pt and summary.json; logs how the run ended. Returns the
 /// exit code.
 int train_and_summarize(Training& training) {
@@ -214,6 +245,7 @@ int train_and_summarize(Training& training) {
                    : train::ValidationResult{train::latest_or_nan(state.metrics, "val_loss"),
                                              train::latest_or_nan(state.metrics, "val_accuracy")};
   };
+  std::optional<train::ValidationResult> tested;  // --test's result
   const auto write_summary = [&](const std::string& stop_reason, int exit_code, double seconds,
                                  const std::optional<train::ValidationResult>& average) {
     train::TrainingSummary summary;
@@ -229,6 +261,10 @@ int train_and_summarize(Training& training) {
     summary.stop_reason = stop_reason;
     summary.exit_code = exit_code;
     if (training.run.lr_found) summary.lr_found = training.flags.lr;
+    if (tested) {
+      summary.test_loss = tested->loss;
+      summary.test_accuracy = tested->accuracy;
+    }
     train::write_training_summary(out / "summary.json", summary, trainer, *training.run.model);
   };
   FitEnd end;
@@ -247,6 +283,8 @@ int train_and_summarize(Training& training) {
     }
     throw;
   }
+  // A run that was interrupted is tested when it is resumed and finishes.
+  if (training.run.test_data && end.exit_code == 0) tested = test_trained(training);
   if (training.writes_outputs) {
     // The final weights (the EMA or SWA average when on), as summary.json's params_sha256.
     torchbus::save_state_dict(*training.run.model, out / "model.pt");
@@ -281,6 +319,11 @@ int run(Flags flags) {
   // The same checks, data and model on every rank; a failure on one ends every rank.
   SetUp run;
   train::run_agreed(*group, [&] { run = set_up(flags, *group); });
+
+  // --predict trains nothing and writes OUT/predictions.csv alone.
+  if (run.predict_data) {
+    return train::predict(flags, run.model, *run.predict_data, group, run.device.device);
+  }
 
   // Rank 0 decides how the run uses OUT; every rank resumes from the checkpoint it chose.
   std::optional<train::RunLock> lock;

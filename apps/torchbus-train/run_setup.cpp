@@ -3,6 +3,7 @@
 #include "exit_status.hpp"
 #include "model.hpp"
 
+#include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -15,12 +15,14 @@ std::int64_t rows_of_shard(std::int64_t rows, const Shard& shard) {
 }  // namespace
 
 ShuffledBatches::ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size,
-                                 bool shuffle, std::uint64_t seed, Shard shard, bool pin_memory)
+                                 bool shuffle, std::uint64_t seed, Shard shard, bool pin_memory,
+                                 bool indexed)
     : inputs_(std::move(inputs)),
       targets_(std::move(targets)),
       batch_size_(batch_size),
       shuffle_(shuffle),
       pin_memory_(pin_memory),
+      indexed_(indexed),
       seed_(seed),
       shard_(shard),
       shard_rows_(rows_of_shard(inputs_.size(0), shard)) {}
@@ -55,7 +57,8 @@ bool ShuffledBatches::next(torchbus::Batch& batch) {
     return at::index_select_out(pinned, from, 0, indices);
   };
   batch.data = gather(inputs_);
-  batch.target = gather(targets_);
+  if (targets_.defined()) batch.target = gather(targets_);
+  if (indexed_) batch.set("index", indices);
   offset_ += batch_size_;
   return true;
 }

@@ -24,10 +24,14 @@ struct Shard {
 /// Yields batches of (inputs, targets) of this rank's shard in an order drawn from `seed` and the
 /// epoch number, so a run with the same seed sees the same batches. With `pin_memory` each batch
 /// is gathered into page-locked memory (for a GPU: the copy to it then does not block the host).
+/// Undefined targets (data to predict on, without labels) give batches without a target; with
+/// `indexed` each batch also holds the rows' indices in the field "index" (PredictionWriter puts
+/// the rows of every rank back in order with them).
 class ShuffledBatches final : public torchbus::BatchSource {
  public:
   ShuffledBatches(at::Tensor inputs, at::Tensor targets, std::int64_t batch_size, bool shuffle,
-                  std::uint64_t seed, Shard shard = {}, bool pin_memory = false);
+                  std::uint64_t seed, Shard shard = {}, bool pin_memory = false,
+                  bool indexed = false);
   void start_epoch(std::int64_t epoch) override;
   bool next(torchbus::Batch& batch) override;
   std::int64_t skip(std::int64_t count) override;
@@ -43,6 +47,7 @@ class ShuffledBatches final : public torchbus::BatchSource {
   std::int64_t batch_size_;
   bool shuffle_;
   bool pin_memory_;
+  bool indexed_;
   std::uint64_t seed_;
   Shard shard_;
   std::int64_t shard_rows_;

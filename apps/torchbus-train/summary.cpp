@@ -60,6 +60,10 @@ void write_training_summary(const std::filesystem::path& path, const TrainingSum
                      {"exit_code", summary.exit_code},
                      {"params_sha256", parameters_sha256(model)}};
   if (summary.lr_found) json["lr_found"] = *summary.lr_found;
+  if (summary.test_loss) {
+    json["test_loss"] = *summary.test_loss;
+    json["test_accuracy"] = summary.test_accuracy.value_or(std::nan(""));
+  }
   auto failures = JsonObject::array();
   for (const auto& failure : trainer.bus().subscriber_failures()) {
     failures.push_back({{"subscriber", failure.subscriber},

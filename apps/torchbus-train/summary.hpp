@@ -44,6 +44,8 @@ struct TrainingSummary {
   std::string stop_reason;         ///< why it ended
   int exit_code = 0;               ///< the process's exit code
   std::optional<double> lr_found;  ///< --find-lr's learning rate
+  std::optional<double> test_loss;      ///< --test's, of the weights model.pt holds
+  std::optional<double> test_accuracy;  ///< with test_loss
 };
 
 /// Writes `path` (summary.json) atomically: `summary`, the trainer's steps, epochs and final

@@ -5,6 +5,8 @@
 #include "run_setup.hpp"
 #include "sha256.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace train {
 
 namespace fs = std::filesystem;

@@ -17,7 +17,10 @@
 // unused=1 (the model has a parameter the forward never uses, and the optimizer weight decay),
 // gan=1 (instead: a small GAN in two optimizer phases, discriminator then generator, whose
 // generator turns each sample's first 3 features, negated, into a fake; no validation),
-// phase_models=1 (with gan=1: each phase brings its half as its model, no wrapper module).
+// phase_models=1 (with gan=1: each phase brings its half as its model, no wrapper module),
+// structured=1 (batches of named fields `features`, `labels`, `index` from a dataset of
+// torchbus::Batch samples, collated by the trainer; a forward of the batch returning named logits
+// and a loss of the output and the batch).
 
 #include <torch/torch.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
@@ -58,6 +61,23 @@ class Synthetic : public torch::data::datasets::Dataset<Synthetic> {
  private:
   at::Tensor inputs_;
   at::Tensor targets_;
+};
+
+/// The same samples as named fields: `features` [8], `labels` (0-dim) and their `index`.
+class NamedSynthetic : public torch::data::datasets::Dataset<NamedSynthetic, torchbus::Batch> {
+ public:
+  torchbus::Batch get(std::size_t index) override {
+    auto pair = plain_.get(index);
+    torchbus::Batch sample;
+    sample.set("features", pair.data)
+        .set("labels", pair.target)
+        .set("index", torch::tensor(static_cast<std::int64_t>(index)));
+    return sample;
+  }
+  c10::optional<std::size_t> size() const override { return 96; }
+
+ private:
+  Synthetic plain_;
 };
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
@@ -105,18 +125,36 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   torch::optim::SGD optimizer(
       model->parameters(),
       torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(unused ? 0.01 : 0.0));
-  torchbus::Trainer trainer(
-      model, optimizer,
-      [](const at::Tensor& output, const at::Tensor& target) {
-        return torch::nn::functional::cross_entropy(output, target);
-      },
-      torchbus::TrainerOptions()
-          .max_epochs(number(args, "epochs", 2))
-          .max_steps(number(args, "steps", -1))
-          .accumulate_grad_batches(number(args, "accumulate", 1))
-          .seed(11));
+  const auto options = torchbus::TrainerOptions()
+                           .max_epochs(number(args, "epochs", 2))
+                           .max_steps(number(args, "steps", -1))
+                           .accumulate_grad_batches(number(args, "accumulate", 1))
+                           .seed(11);
+  const bool structured = number(args, "structured", 0) != 0;
+  auto trainer_holder =
+      structured
+          ? std::make_unique<torchbus::Trainer>(
+                model.ptr(),
+                torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
+                  return torchbus::Output{{"logits", model->forward(batch.get("features"))}};
+                }),
+                optimizer,
+                [](const torchbus::Output& output, const torchbus::Batch& batch) {
+                  return torch::nn::functional::cross_entropy(output.get("logits"),
+                                                              batch.get("labels"));
+                },
+                options)
+          : std::make_unique<torchbus::Trainer>(
+                model, optimizer,
+                [](const at::Tensor& output, const at::Tensor& target) {
+                  return torch::nn::functional::cross_entropy(output, target);
+                },
+                options);
+  auto& trainer = *trainer_holder;
   trainer.set_process_group(group);
-  trainer.add(std::make_shared<torchbus::ClassificationMetrics>());
+  trainer.add(std::make_shared<torchbus::ClassificationMetrics>(
+      structured ? torchbus::ClassificationMetricsOptions().output("logits").target("labels")
+                 : torchbus::ClassificationMetricsOptions()));
 
   int group_starts = 0;
   trainer.on(torchbus::Event::ProcessGroupStart, [&](torchbus::State&) { ++group_starts; });
@@ -191,27 +229,38 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
     samples.open(out + "/rank" + std::to_string(rank) + ".samples", std::ios::app);
     trainer.set_train_step([&](torchbus::Trainer& t, torchbus::Batch& batch) {
       const auto& state = t.state();
-      for (std::int64_t i = 0; i < batch.data.size(0); ++i) {
-        samples << state.epoch << ' ' << state.step << ' ' << dataset.index_of(batch.data[i])
-                << '\n';
+      for (std::int64_t i = 0; i < batch.samples(); ++i) {
+        const auto index = structured ? batch.get("index")[i].item<std::int64_t>()
+                                      : dataset.index_of(batch.data[i]);
+        samples << state.epoch << ' ' << state.step << ' ' << index << '\n';
       }
       samples.flush();
-      auto output = t.forward(batch.data);
-      t.state().set_batch_output(output);
-      return t.compute_loss(output, batch.target);
+      const auto output = t.forward(static_cast<const torchbus::Batch&>(batch));
+      t.state().set_batch_output(output.main());
+      return t.compute_loss(output, batch);
     });
   }
 
-  auto loader = torch::data::make_data_loader(
-      dataset.map(torch::data::transforms::Stack<>()),
-      torchbus::DistributedSampler(96, group.get()),
-      torch::data::DataLoaderOptions(static_cast<std::size_t>(number(args, "batch", 8))));
-  // Validation on the same samples, each rank its unshuffled shard.
-  auto validation = torch::data::make_data_loader(
-      Synthetic().map(torch::data::transforms::Stack<>()),
-      torchbus::DistributedSampler(96, group.get(), /*shuffle=*/false),
-      torch::data::DataLoaderOptions(16));
-  trainer.fit(*loader, *validation);
+  const auto batch_size = static_cast<std::size_t>(number(args, "batch", 8));
+  if (structured) {
+    auto loader = torch::data::make_data_loader(NamedSynthetic(),
+                                                torchbus::DistributedSampler(96, group.get()),
+                                                torch::data::DataLoaderOptions(batch_size));
+    auto validation = torch::data::make_data_loader(
+        NamedSynthetic(), torchbus::DistributedSampler(96, group.get(), /*shuffle=*/false),
+        torch::data::DataLoaderOptions(16));
+    trainer.fit(*loader, *validation);
+  } else {
+    auto loader = torch::data::make_data_loader(dataset.map(torch::data::transforms::Stack<>()),
+                                                torchbus::DistributedSampler(96, group.get()),
+                                                torch::data::DataLoaderOptions(batch_size));
+    // Validation on the same samples, each rank its unshuffled shard.
+    auto validation = torch::data::make_data_loader(
+        Synthetic().map(torch::data::transforms::Stack<>()),
+        torchbus::DistributedSampler(96, group.get(), /*shuffle=*/false),
+        torch::data::DataLoaderOptions(16));
+    trainer.fit(*loader, *validation);
+  }
 
   const auto metric = [&](const std::string& name) {
     const auto& metrics = trainer.state().metrics;

@@ -5,12 +5,16 @@ Run by ctest with Debian's /usr/bin/python3 (python3-torch). In a work folder ho
 line is "# interop: NAME" and checks:
   evaluate:   OUT/model.pt of a CNN run, loaded with strict=True, gives summary.json's validation
               accuracy (and its loss to rounding);
+  predict:    torchbus-train --predict of that model.pt writes one row per t10k image, in order,
+              with the classes Python's model predicts (also on two ranks), and --predict of a
+              CSV file without labels gives the classes Python's MLP predicts from its rows;
   initialise: init.pt saved in Python; torchbus-train --init-from init.pt --validate reports the
               loss and accuracy Python computes, trains nothing; a run --init-from it trains, with
               the file's SHA-256 in its identity; --hidden 8 is exit 2 naming the keys.
 """
 
 import argparse
+import csv
 import hashlib
 import json
 import math
@@ -83,8 +87,9 @@ def main():
         write_idx_pair("mnist/%s-images-idx3-ubyte" % split, "mnist/%s-labels-idx1-ubyte" % split,
                        count)
     checks = Checks(train, os.getcwd())
-    checks.check(set(blocks) == {"models", "evaluate", "initialise"},
-                 "docs/interop.md has the blocks models, evaluate, initialise: %s" % sorted(blocks))
+    checks.check(set(blocks) == {"models", "evaluate", "predict", "initialise"},
+                 "docs/interop.md has the blocks models, evaluate, predict, initialise: %s"
+                 % sorted(blocks))
     namespace = {}
     exec(blocks["models"], namespace)
 
@@ -101,6 +106,70 @@ def main():
         loss = torch.nn.functional.cross_entropy(model(images), labels).item()
     checks.check(close(reported["final_val_loss"], loss),
                  "Python's loss %s ~ summary's %s" % (loss, reported["final_val_loss"]))
+
+    # C++ -> Python: predictions.csv of model.pt has Python's classes, in the images' order.
+    result = checks.run_train("--predict", "mnist:mnist", "--weights", "runs/mnist/model.pt",
+                              "--out", "runs/predict")
+    checks.check(result.returncode == 0, "--predict runs: " + result.stdout[-2000:])
+    exec(blocks["predict"], namespace)
+    rows = namespace["rows"]
+    checks.check(namespace["same"], "predictions.csv has the classes Python's model predicts")
+    checks.check([int(row["index"]) for row in rows] == list(range(len(labels))),
+                 "one row per image, in order: %d rows" % len(rows))
+    checks.check([int(row["label"]) for row in rows] == labels.tolist(), "the labels are the t10k's")
+    with torch.no_grad():
+        probabilities = model(images).softmax(1)
+    checks.check(all(abs(float(row["probability_%d" % k]) - probabilities[i, k].item()) < 1e-5
+                     for i, row in enumerate(rows) for k in range(10)),
+                 "the probabilities are the softmax of Python's logits")
+    port = str(29600 + os.getpid() % 200)
+    result = subprocess.run(
+        ["mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root", "-x",
+         "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=" + port, train, "--data", "mnist:mnist",
+         "--no-progress", "--predict", "mnist:mnist", "--weights", "runs/mnist/model.pt",
+         "--batch-size", "7", "--out", "runs/predict2"],
+        capture_output=True, text=True, timeout=300, cwd=os.getcwd())
+    checks.check(result.returncode == 0, "--predict on two ranks runs: " + result.stdout[-2000:])
+    two = list(csv.DictReader(open("runs/predict2/predictions.csv")))
+    checks.check([(row["index"], row["class"]) for row in two]
+                 == [(row["index"], row["class"]) for row in rows],
+                 "two ranks write the same rows, complete and in order: %d rows" % len(two))
+
+    # A CSV file: trained on a labelled file, predicting an unlabelled one.
+    torch.manual_seed(1)
+    features = torch.randn(120, 3)
+    train_labels = (features[:, 0] > features[:, 1]).long() + (features[:, 2] > 0.5).long()
+    with open("train.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["x", "y", "z", "label"])
+        for row, label in zip(features.tolist(), train_labels.tolist()):
+            writer.writerow(row + [label])
+    unlabelled = torch.randn(9, 3)
+    with open("new.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["x", "y", "z"])
+        writer.writerows(unlabelled.tolist())
+    command = [train, "--data", "csv:train.csv", "--model", "mlp", "--hidden", "8",
+               "--batch-size", "16", "--no-progress", "--no-tensorboard", "--no-report"]
+    result = subprocess.run(command + ["--epochs", "2", "--out", "runs/csv"], capture_output=True,
+                            text=True, timeout=300)
+    checks.check(result.returncode == 0, "a CSV run trains: " + result.stdout[-2000:])
+    result = subprocess.run(command + ["--predict", "csv:new.csv", "--weights",
+                                       "runs/csv/model.pt", "--out", "runs/csv_predict"],
+                            capture_output=True, text=True, timeout=300)
+    checks.check(result.returncode == 0, "--predict of a CSV file runs: " + result.stdout[-2000:])
+    predicted = list(csv.DictReader(open("runs/csv_predict/predictions.csv")))
+    csv_model = namespace["torchbus_mlp"](3, hidden=[8], classes=3)
+    csv_model.load_state_dict(torch.load("runs/csv/model.pt"), strict=True)
+    # The rows as float32, as torchbus-train reads them (the file holds Python's float repr).
+    with open("new.csv") as file:
+        table = torch.tensor([[float(cell) for cell in row] for row in list(csv.reader(file))[1:]])
+    with torch.no_grad():
+        expected = csv_model(table).argmax(1).tolist()
+    checks.check([int(row["class"]) for row in predicted] == expected
+                 and "label" not in predicted[0],
+                 "--predict of new.csv (no labels) gives Python's classes: %s vs %s"
+                 % ([row["class"] for row in predicted], expected))
 
     # Python -> C++: weights initialised in Python, validated and trained by torchbus-train.
     exec(blocks["initialise"], namespace)

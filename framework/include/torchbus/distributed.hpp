@@ -71,7 +71,7 @@ class ProcessGroup {
   /// Reduces `tensor` across ranks in place.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   /// Every rank's `tensor` (same shape on all ranks) concatenated along dim 0 in rank order; a
-  /// scalar becomes one element per rank.
+  /// scalar becomes one element per rank. Usable under inference mode (predict()).
   at::Tensor all_gather(const at::Tensor& tensor);
   /// The ranks whose `flag` is true, agreed by all ranks (one all-reduce).
   std::vector<int> ranks_with(bool flag);

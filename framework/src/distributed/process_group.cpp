@@ -480,7 +480,12 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
   const auto input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
   if (!backend_) return input;
   std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int rank = 0; rank < world_size(); ++rank) outputs[0].push_back(torch::empty_like(input));
+  {
+    // Normal tensors also under inference mode (a PredictEnd subscriber gathering predictions):
+    // the backend's threads, outside that mode, write them.
+    const c10::InferenceMode normal_tensors(/*enabled=*/false);
+    for (int rank = 0; rank < world_size(); ++rank) outputs[0].push_back(torch::empty_like(input));
+  }
   std::vector<at::Tensor> inputs{input};
   ++collectives_;
   run("all_gather", [&] { backend_->group->allgather(outputs, inputs)->wait(options_.timeout()); });
