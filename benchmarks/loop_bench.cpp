@@ -147,7 +147,8 @@ struct Options {
       << "  --models LIST      comma-separated subset of mlp32,mlp784,cnn,resnet (default:\n"
       << "                     mlp32,mlp784,cnn)\n"
       << "  --no-cnn           leave the CNN out (same as --models mlp32,mlp784)\n"
-      << "  --variants LIST    MLP variants: subset of hand,none,typical,logging,python,structured\n"
+      << "  --variants LIST    MLP variants: subset of "
+         "hand,none,typical,logging,python,structured\n"
       << "                     (e.g. for\n"
       << "                     callgrind)\n"
       << "  --cnn-variants LIST  CNN variants, each in float32 and bf16-mixed: subset of\n"
@@ -648,18 +649,18 @@ class StructuredTrainerLoop final : public Variant {
   StructuredTrainerLoop(const ModelSpec& spec, const std::vector<Batch>& batches, bool zero_grad)
       : model_(make_model<typename Setup::Net>(spec)),
         optimizer_(model_->parameters(), Setup::options()),
-        trainer_(model_.ptr(),
-                 torchbus::Trainer::BatchForward([this](const Batch& batch) {
-                   return torchbus::Output(model_->forward(batch.get("features")));
-                 }),
-                 optimizer_,
-                 [](const torchbus::Output& output, const Batch& batch) {
-                   return cross_entropy(output.main(), batch.get("labels"));
-                 },
-                 torchbus::TrainerOptions()
-                     .max_epochs(spec.epochs)
-                     .set_grads_to_none(!zero_grad)
-                     .use_registered_subscriptions(false)) {
+        trainer_(
+            model_.ptr(), torchbus::Trainer::BatchForward([this](const Batch& batch) {
+              return torchbus::Output(model_->forward(batch.get("features")));
+            }),
+            optimizer_,
+            [](const torchbus::Output& output, const Batch& batch) {
+              return cross_entropy(output.main(), batch.get("labels"));
+            },
+            torchbus::TrainerOptions()
+                .max_epochs(spec.epochs)
+                .set_grads_to_none(!zero_grad)
+                .use_registered_subscriptions(false)) {
     std::int64_t first = 0;
     for (const auto& batch : batches) {
       Batch named;
@@ -783,8 +784,8 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-const std::vector<std::string> kVariants = {"hand",   "none",      "typical", "logging",
-                                            "python", "structured"};
+const std::vector<std::string> kVariants = {"hand",    "none",   "typical",
+                                            "logging", "python", "structured"};
 // The CNN's, in table order; each float32 variant has a bf16-mixed twin.
 const std::vector<std::string> kCnnVariants = {"hand",    "hand_bf16",    "none",   "none_bf16",
                                                "typical", "typical_bf16", "python", "python_bf16"};
@@ -1179,8 +1180,7 @@ int run(const Options& options) {
   std::cout << "loop_overhead_ratio_none=" << fixed(paired("mlp32", "none"), 4) << '\n'
             << "loop_overhead_ratio_typical=" << fixed(paired("mlp32", "typical"), 4) << '\n'
             << "logging_overhead_ratio=" << fixed(paired("mlp32", "logging", "typical"), 4) << '\n'
-            << "structured_over_example=" << fixed(paired("mlp32", "structured", "none"), 4)
-            << '\n'
+            << "structured_over_example=" << fixed(paired("mlp32", "structured", "none"), 4) << '\n'
             << "python_over_torchbus=" << fixed(paired("mlp32", "python", "typical"), 4) << '\n'
             << "python_over_hand=" << fixed(paired("mlp32", "python"), 4) << '\n'
             << "loop_overhead_ratio_typical_mlp784=" << fixed(paired("mlp784", "typical"), 4)

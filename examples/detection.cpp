@@ -21,10 +21,10 @@ struct DetectorImpl : torch::nn::Module {
   DetectorImpl() {
     features = register_module(
         "features",
-        torch::nn::Sequential(
-            torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)), torch::nn::ReLU(),
-            torch::nn::MaxPool2d(2), torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).padding(1)),
-            torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten()));
+        torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)),
+                              torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).padding(1)),
+                              torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten()));
     head = register_module("head", torch::nn::Linear(16 * 4 * 4, kSlots * 5));
   }
   /// Boxes [N, slots, 4] and objectness logits [N, slots].
@@ -53,9 +53,10 @@ std::vector<torchbus::Batch> images(int count, int batch, std::uint64_t seed) {
       const auto x0 = k * 5 + torch::randint(0, 6 - side + 1, {1}).item<std::int64_t>();
       const auto y0 = torch::randint(0, kSize - side + 1, {1}).item<std::int64_t>();
       image.slice(1, y0, y0 + side).slice(2, x0, x0 + side).fill_(1.0);
-      boxes.push_back(torch::tensor({static_cast<float>(x0), static_cast<float>(y0),
-                                     static_cast<float>(x0 + side), static_cast<float>(y0 + side)}) /
-                      kSize);
+      boxes.push_back(
+          torch::tensor({static_cast<float>(x0), static_cast<float>(y0),
+                         static_cast<float>(x0 + side), static_cast<float>(y0 + side)}) /
+          kSize);
     }
     torchbus::Batch sample;
     sample.set("data", image).set("boxes", torch::stack(boxes));
@@ -79,8 +80,8 @@ at::Tensor detection_loss(const torchbus::Output& output, const torchbus::Batch&
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const auto n = boxes[i].size(0);
     occupied[static_cast<std::int64_t>(i)].narrow(0, 0, n).fill_(1.0);
-    box_loss = box_loss +
-               (predicted[static_cast<std::int64_t>(i)].narrow(0, 0, n) - boxes[i]).abs().sum();
+    box_loss =
+        box_loss + (predicted[static_cast<std::int64_t>(i)].narrow(0, 0, n) - boxes[i]).abs().sum();
     matched += n;
   }
   return torch::nn::functional::binary_cross_entropy_with_logits(output.get("objectness"),
@@ -95,9 +96,9 @@ int main() {
   Detector model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(3e-3));
   torchbus::Trainer trainer(
-      model.ptr(),
-      torchbus::Trainer::BatchForward(
-          [&](const torchbus::Batch& batch) { return model->forward(batch.data); }),
+      model.ptr(), torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
+        return model->forward(batch.data);
+      }),
       optimizer, detection_loss, torchbus::TrainerOptions().max_epochs(8).seed(1));
   std::vector<double> epoch_losses;
   trainer.on(torchbus::Event::EpochEnd, [&](torchbus::State& state) {

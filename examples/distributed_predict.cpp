@@ -44,9 +44,9 @@ class Points : public torch::data::datasets::Dataset<Points> {
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   const bool temporary = argc < 2;
-  const fs::path out = temporary ? fs::temp_directory_path() /
-                                       ("torchbus_predict_" + std::to_string(::getpid()))
-                                 : fs::path(argv[1]);
+  const fs::path out =
+      temporary ? fs::temp_directory_path() / ("torchbus_predict_" + std::to_string(::getpid()))
+                : fs::path(argv[1]);
   const auto group = torchbus::ProcessGroup::from_environment();
   torch::manual_seed(3);
   torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(),
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     return torchbus::Output{{"class", logits.argmax(1)}, {"probability", logits.softmax(1)}};
   });
   trainer.add(std::make_shared<torchbus::PredictionWriter>(
-      torchbus::PredictionWriterOptions(out / "predictions.csv").outputs({"class", "probability"})));
+      torchbus::PredictionWriterOptions(out / "predictions.csv")
+          .outputs({"class", "probability"})));
   auto predict = torch::data::make_data_loader(
       torchbus::IndexedDataset<Points>(Points()),
       torchbus::DistributedSampler(95, group.get(), /*shuffle=*/false),

@@ -60,8 +60,7 @@ TORCH_MODULE(EncoderClassifier);
 /// `count` samples of 4 to 12 tokens, in batches of `batch`: each padded to its longest sequence.
 std::vector<torchbus::Batch> sequences(int count, int batch, std::uint64_t seed) {
   torch::manual_seed(seed);
-  const auto options =
-      torchbus::CollateOptions().pad("input_ids", 0).pad("attention_mask", 0);
+  const auto options = torchbus::CollateOptions().pad("input_ids", 0).pad("attention_mask", 0);
   std::vector<torchbus::Batch> batches, samples;
   for (int i = 0; i < count; ++i) {
     const auto length = torch::randint(4, kLongest + 1, {1}).item<std::int64_t>();
@@ -94,8 +93,7 @@ int main() {
   EncoderClassifier model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(3e-3));
   torchbus::Trainer trainer(
-      model.ptr(),
-      torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
+      model.ptr(), torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
         return torchbus::Output{
             {"logits", model->forward(batch.get("input_ids"), batch.get("attention_mask"))}};
       }),
@@ -105,8 +103,7 @@ int main() {
       },
       torchbus::TrainerOptions().max_epochs(8).seed(1));
   trainer.add(std::make_shared<torchbus::ClassificationMetrics>(
-      torchbus::ClassificationMetricsOptions().output("logits").target("labels").per_class(
-          false)));
+      torchbus::ClassificationMetricsOptions().output("logits").target("labels").per_class(false)));
   trainer.on(torchbus::Event::EvalEnd, [](torchbus::State& state) {
     if (state.action != torchbus::Action::Fit) return;  // test() ends with an EvalEnd too
     std::cout << "epoch " << state.epoch << ": val accuracy "

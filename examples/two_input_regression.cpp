@@ -31,10 +31,10 @@ std::vector<torchbus::Batch> readings(int count, int batch, std::uint64_t seed) 
   for (int first = 0; first < count; first += batch) {
     const auto vibration = torch::randn({batch, 6});
     const auto temperature = torch::randn({batch, 3});
-    const auto targets = torch::stack(
-        {torch::tanh(vibration.narrow(1, 0, 3).sum(1) - temperature.select(1, 0)),
-         0.5 * vibration.select(1, 5) * temperature.select(1, 2)},
-        1);
+    const auto targets =
+        torch::stack({torch::tanh(vibration.narrow(1, 0, 3).sum(1) - temperature.select(1, 0)),
+                      0.5 * vibration.select(1, 5) * temperature.select(1, 2)},
+                     1);
     torchbus::Batch readings;
     readings.set("vibration", vibration).set("temperature", temperature).set("targets", targets);
     batches.push_back(std::move(readings));
@@ -49,8 +49,7 @@ int main() {
   TwoSensors model;
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-2));
   torchbus::Trainer trainer(
-      model.ptr(),
-      torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
+      model.ptr(), torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
         const auto hidden = torch::tanh(model->vibration(batch.get("vibration")) +
                                         model->temperature(batch.get("temperature")));
         return torchbus::Output{{"prediction", model->head(hidden)},

@@ -425,8 +425,8 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
   const auto data = load_dataset(spec, seed);
   held_out.inputs = data.validation_inputs;
   held_out.targets = data.validation_targets;
-  held_out.description = concat(data.description, ": its ", data.validation_inputs.size(0),
-                                " held-out samples");
+  held_out.description =
+      concat(data.description, ": its ", data.validation_inputs.size(0), " held-out samples");
   return held_out;
 }
 
@@ -442,7 +442,8 @@ HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std:
   const auto expected = trained_on.train_inputs.sizes().slice(1);
   TORCHBUS_CHECK(shape == expected, DataError, flag, " ", spec, ": its samples have shape ", shape,
                  " (", held_out.description, "); the model, made for --data's, takes ", expected,
-                 " (", trained_on.description, "); give --data the data the weights were "
+                 " (", trained_on.description,
+                 "); give --data the data the weights were "
                  "trained on");
   if (held_out.targets.defined() && held_out.targets.numel() > 0) {
     const auto largest = held_out.targets.max().item<std::int64_t>();

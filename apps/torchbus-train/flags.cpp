@@ -410,7 +410,8 @@ void check_flag_combinations(const Flags& flags, const c10::Device& device) {
     }
     for (const auto& [given, name] :
          {std::pair(flags.resume, "--resume"), std::pair(flags.validate, "--validate"),
-          std::pair(flags.find_lr, "--find-lr"), std::pair(flags.fast_dev_run > 0, "--fast-dev-run"),
+          std::pair(flags.find_lr, "--find-lr"),
+          std::pair(flags.fast_dev_run > 0, "--fast-dev-run"),
           std::pair(!flags.test.empty(), "--test")}) {
       if (given) throw UsageError(std::string("--predict trains nothing: drop ") + name);
     }

@@ -68,8 +68,8 @@ struct SetUp {
   std::optional<torchbus::LRFinderResult> lr_found;  // --find-lr
   bool lr_recorded = false;  // --find-lr --resume: lr_found read back from OUT, not swept again
   std::vector<std::shared_ptr<torchbus::Callback>> steering;  // built and checked before OUT
-  std::optional<train::HeldOut> test_data;     // --test
-  std::optional<train::HeldOut> predict_data;  // --predict
+  std::optional<train::HeldOut> test_data;                    // --test
+  std::optional<train::HeldOut> predict_data;                 // --predict
 };
 
 /// Checks the flags on this machine, loads the data, makes the model (from --init-from's weights),
@@ -225,8 +225,8 @@ train::ValidationResult test_trained(Training& training) {
   train::ValidationResult result;
   result.loss = training.trainer.test_source(batches);
   result.accuracy = train::latest_or_nan(training.trainer.state().metrics, "test_accuracy");
-  torchbus::logger()->info("test on {}: loss {:.4f} accuracy {:.3f}", data.description,
-                           result.loss, result.accuracy);
+  torchbus::logger()->info("test on {}: loss {:.4f} accuracy {:.3f}", data.description, result.loss,
+                           result.accuracy);
   return result;
 }
 

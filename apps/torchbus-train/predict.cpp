@@ -1,8 +1,8 @@
 #include "predict.hpp"
 
+#include "exit_status.hpp"
 #include "run_setup.hpp"
 #include "shuffled_batches.hpp"
-#include "exit_status.hpp"
 #include "stop_signals.hpp"
 
 #include <spdlog/spdlog.h>
@@ -51,8 +51,7 @@ int predict(const Flags& flags, const torch::nn::Sequential& model, const HeldOu
                            data.description, group->world_size());
   trainer.predict_source(batches, /*keep=*/false);
   if (group->rank() == 0) {
-    torchbus::logger()->info("predictions of {} samples in {}", data.inputs.size(0),
-                             path.string());
+    torchbus::logger()->info("predictions of {} samples in {}", data.inputs.size(0), path.string());
   }
   return 0;
 }

@@ -39,11 +39,11 @@ struct TrainingSummary {
   std::string device;         ///< where it trained
   double final_val_loss = 0;  ///< of the weights model.pt holds
   double final_val_accuracy = 0;
-  double wall_seconds = 0;         ///< of its training
-  std::int64_t samples = 0;        ///< trained by this rank (every rank trains as many)
-  std::string stop_reason;         ///< why it ended
-  int exit_code = 0;               ///< the process's exit code
-  std::optional<double> lr_found;  ///< --find-lr's learning rate
+  double wall_seconds = 0;              ///< of its training
+  std::int64_t samples = 0;             ///< trained by this rank (every rank trains as many)
+  std::string stop_reason;              ///< why it ended
+  int exit_code = 0;                    ///< the process's exit code
+  std::optional<double> lr_found;       ///< --find-lr's learning rate
   std::optional<double> test_loss;      ///< --test's, of the weights model.pt holds
   std::optional<double> test_accuracy;  ///< with test_loss
 };

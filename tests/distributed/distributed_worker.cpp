@@ -134,8 +134,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   auto trainer_holder =
       structured
           ? std::make_unique<torchbus::Trainer>(
-                model.ptr(),
-                torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
+                model.ptr(), torchbus::Trainer::BatchForward([&](const torchbus::Batch& batch) {
                   return torchbus::Output{{"logits", model->forward(batch.get("features"))}};
                 }),
                 optimizer,

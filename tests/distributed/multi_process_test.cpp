@@ -625,15 +625,15 @@ BOOST_AUTO_TEST_CASE(a_structured_run_killed_mid_epoch_resumes_exactly_on_one_an
     BOOST_TEST_CONTEXT(ranks << " rank(s)") {
       const auto batch = "batch=" + std::to_string(24 / ranks);
       TempDir whole("distributed");
-      BOOST_REQUIRE_EQUAL(run_torchrun_style(kWorker,
-                                             {"out=" + whole.path.string(), batch, "structured=1"},
-                                             ranks, free_port())
-                              .exit_codes,
-                          std::vector<int>(static_cast<std::size_t>(ranks), 0));
+      BOOST_REQUIRE_EQUAL(
+          run_torchrun_style(kWorker, {"out=" + whole.path.string(), batch, "structured=1"}, ranks,
+                             free_port())
+              .exit_codes,
+          std::vector<int>(static_cast<std::size_t>(ranks), 0));
       TempDir killed("distributed");
       const auto checkpoint = (killed.path / "step2.tbckpt").string();
-      kill_ranks_mid_training({"out=" + killed.path.string(), batch, "structured=1",
-                               "save_step=2", "save=" + checkpoint, "mark_step=3", "slow_ms=200"},
+      kill_ranks_mid_training({"out=" + killed.path.string(), batch, "structured=1", "save_step=2",
+                               "save=" + checkpoint, "mark_step=3", "slow_ms=200"},
                               ranks, killed.path);
       BOOST_TEST_REQUIRE(!fs::exists(killed.path / "rank0.txt"), "the run ended before the kill");
       TempDir resumed("distributed");
@@ -681,10 +681,10 @@ BOOST_AUTO_TEST_CASE(predictions_written_on_two_ranks_are_complete_and_in_the_in
   const auto pair = csv_rows(two.path / "predictions.csv");
   BOOST_REQUIRE_EQUAL(pair.size(), 96u);
   BOOST_REQUIRE_EQUAL(single.size(), 96u);
-  BOOST_TEST(pair[0] == (std::vector<std::string>{"index", "class", "probability_0",
-                                                  "probability_1", "probability_2",
-                                                  "probability_3"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      pair[0] == (std::vector<std::string>{"index", "class", "probability_0", "probability_1",
+                                           "probability_2", "probability_3"}),
+      boost::test_tools::per_element());
   for (std::size_t row = 1; row < pair.size(); ++row) {
     BOOST_TEST_CONTEXT("row " << row) {
       BOOST_REQUIRE_EQUAL(pair[row].size(), 6u);
