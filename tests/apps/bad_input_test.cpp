@@ -433,4 +433,40 @@ BOOST_AUTO_TEST_CASE(sparse_or_single_csv_labels_are_warned_about) {
   BOOST_TEST(!has(dense_log, "[warning] data:"), dense_log);
 }
 
+// --test and --predict: flags that cannot go with them are usage errors; data that does not fit
+// the model, or a test file without labels, is a data error naming both; nothing is written.
+BOOST_AUTO_TEST_CASE(test_and_predict_refuse_what_cannot_work_before_writing) {
+  const auto out = scratch_path("bad_input_test", "stages_out");
+  struct Case {
+    std::string arguments, message;
+  };
+  const std::vector<Case> usage = {
+      {"--predict synthetic", "--predict uses given weights: it needs --weights FILE"},
+      {"--predict synthetic --weights w.pt --resume", "--predict trains nothing: drop --resume"},
+      {"--predict synthetic --weights w.pt --test synthetic",
+       "--predict trains nothing: drop --test"},
+      {"--test synthetic --validate --init-from w.pt", "--test tests the weights a run trained"},
+      {"--predict ''", "--predict: expected a data source, got ''"},
+      {"--test cifar", "--test cifar: --data 'cifar' is not a data source"},
+  };
+  for (const auto& c : usage) {
+    const auto result = run_briefly(c.arguments + " --no-progress --out " + out.string());
+    BOOST_TEST(result.status == 2, c.arguments << ": " << result.output);
+    BOOST_TEST(has(result.output, c.message), c.arguments << ": " << result.output);
+    BOOST_TEST(!fs::exists(out), c.arguments << ": " << out << " was created");
+  }
+  const auto train = make_csv_file("stages_train", "a,b,label\n1,2,0\n2,1,1\n3,3,0\n4,1,1\n");
+  const auto three = make_csv_file("stages_three", "a,b,c,label\n1,2,3,0\n");
+  const auto unlabelled = make_csv_file("stages_unlabelled", "a,b\n1,2\n");
+  const auto labels = make_csv_file("stages_labels", "a,b,label\n1,2,7\n");
+  const auto csv = "--data csv:" + train.string() + " --epochs 1 ";
+  expect_data_error(csv + "--test csv:" + three.string(), out,
+                    {"--test csv:" + three.string(), "its samples have shape [3]",
+                     "the model, made for --data's, takes [2]"});
+  expect_data_error(csv + "--test csv:" + unlabelled.string(), out,
+                    {"has no column 'label'; its columns are: a, b"});
+  expect_data_error(csv + "--test csv:" + labels.string(), out,
+                    {"label 7 is not one of the model's 2 classes (0 to 1)"});
+}
+
 BOOST_AUTO_TEST_SUITE_END()

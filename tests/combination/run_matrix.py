@@ -44,6 +44,14 @@ faults/world_size_change SIGKILLs a run of 2 ranks at a random step and resumes 
 on 3 with the same global batch (the uninterrupted run's steps and validation loss, both
 segments in the summary), and on 3 ranks of another global batch (exit 1 naming it).
 
+The stage cells stages/synthetic, stages/cnn and stages/csv train a run of the data source with
+--test (the data's held-out samples; the CSV file's every row): exit 0, finite test_loss and
+test_accuracy in summary.json, one `test` row in metrics.csv; then --predict the same data with its
+model.pt, on one rank and on two (mpirun): one row per sample, indices 0..N-1 in order, the same
+rows on both, probabilities summing to 1, and the accuracy of the predicted classes against the
+labels equal to test_accuracy; and --predict with the weights of another network: exit 2 naming
+the mismatch, no predictions.csv.
+
 With --gan EXAMPLE (examples/gan.cpp: two optimizer phases, a checkpoint every 16 steps), the
 cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it once the
 checkpoint of a random step S (16 to %d) is on disk, within the next 16 steps (a fraction of the
@@ -61,8 +69,10 @@ The last line printed is `N passed, M failed`; the exit status is 1 if any cell 
 """
 
 import argparse
+import csv
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -647,6 +657,7 @@ class Matrix:
         self.relaunch_checked = set()  # data sources whose relaunch check ran
         self.faults = Faults(self)
         self.gan = GanExample(self)
+        self.stages = Stages(self)
 
     def cell_dir(self, cell, tag):
         return os.path.join(self.options.work, "cells", cell.replace("/", "-"), tag)
@@ -705,6 +716,8 @@ class Matrix:
             return self.faults.run_cell(cell.split("/")[1], self.options)
         if cell == GAN_CELL:
             return self.gan.run_cell(seed)
+        if cell.startswith("stages/"):
+            return self.stages.run_cell(cell.split("/")[1])
         data, ckpt, val, end = cell.split("/")
         rng = random.Random("%s/%s" % (seed, cell))
         out = self.cell_dir(cell, "out")
@@ -940,6 +953,94 @@ class Matrix:
         steps = [e.get("step") for e in results.values() if e.get("ok")]
         return max(steps) if steps else None
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Stages: --test after training and --predict with its weights, on each data source.
+
+STAGE_TEST = {"synthetic": "synthetic", "cnn": "mnist:{idx}", "csv": "csv:{csv}"}
+
+
+def read_predictions(path):
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+class Stages:
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+    def run_cell(self, data):
+        matrix = self.matrix
+        cell = "stages/" + data
+        checks = Checks(matrix.runner, [])
+        out = matrix.cell_dir(cell, "train")
+        shutil.rmtree(out, ignore_errors=True)
+        test = STAGE_TEST[data].format(**matrix.files)
+        run = matrix.runner.run(matrix.flags(data, "epoch", "epoch", out, epochs=1) +
+                                ["--test", test])
+        if not checks.exit_code(run, 0, "train --test"):
+            return checks.problems, ""
+        summary = read_summary(out)
+        loss, accuracy = summary.get("test_loss"), summary.get("test_accuracy")
+        if not (isinstance(loss, float) and math.isfinite(loss)):
+            checks.fail("summary.json test_loss %s is not a finite number" % json.dumps(loss))
+        if not (isinstance(accuracy, float) and 0.0 <= accuracy <= 1.0):
+            checks.fail("summary.json test_accuracy %s is not in [0, 1]" % json.dumps(accuracy))
+        with open(os.path.join(out, "metrics.csv"), newline="") as file:
+            rows = [row for row in csv.DictReader(file) if row["kind"] == "test"]
+        if len(rows) != 1 or not rows[0].get("test_loss") or float(rows[0]["test_loss"]) != loss:
+            checks.fail("metrics.csv has %d test rows (expected one with test_loss %s)"
+                        % (len(rows), loss))
+        weights = os.path.join(out, "model.pt")
+        predicted = {}
+        for ranks in (1, 2):
+            where = matrix.cell_dir(cell, "predict%d" % ranks)
+            shutil.rmtree(where, ignore_errors=True)
+            flags = [f.format(**matrix.files) for f in DATA[data][0]] + COMMON + [
+                "--predict", test, "--weights", weights, "--out", where]
+            if ranks == 1:
+                run = matrix.runner.run(flags)
+            else:
+                port = str(20000 + random.Random(cell).randrange(20000))
+                run = matrix.runner.run(
+                    ["-np", "2", "--oversubscribe", "--allow-run-as-root", "-x",
+                     "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=" + port, matrix.runner.train] +
+                    flags, program="mpirun")
+            if not checks.exit_code(run, 0, "--predict on %d rank(s)" % ranks):
+                continue
+            predicted[ranks] = read_predictions(os.path.join(where, "predictions.csv"))
+        one = predicted.get(1)
+        if one is not None:
+            if [int(row["index"]) for row in one] != list(range(len(one))):
+                checks.fail("predictions.csv: indices are not 0..%d in order" % (len(one) - 1))
+            classes = [key for key in one[0] if key.startswith("probability_")]
+            if any(abs(sum(float(row[key]) for key in classes) - 1.0) > 1e-5 for row in one):
+                checks.fail("predictions.csv: probabilities that do not sum to 1")
+            hits = sum(row["class"] == row["label"] for row in one) / len(one)
+            if accuracy is not None and hits != accuracy:
+                checks.fail("predictions.csv: classes right for %r of the samples, test_accuracy "
+                            "%r" % (hits, accuracy))
+            two = predicted.get(2)
+            if two is not None and [(r["index"], r["class"], r["label"]) for r in two] != [
+                    (r["index"], r["class"], r["label"]) for r in one]:
+                checks.fail("predictions.csv on two ranks differs from one rank's (%d vs %d rows)"
+                            % (len(two), len(one)))
+        # Weights of another network: exit 2 naming the mismatch, nothing written.
+        wrong = matrix.cell_dir(cell, "wrong")
+        shutil.rmtree(wrong, ignore_errors=True)
+        network = [f.format(**matrix.files) for f in DATA[data][0]]
+        if data == "cnn":  # an MLP on the images instead of the CNN
+            network[network.index("cnn")] = "mlp"
+        run = matrix.runner.run(network + ["--hidden", "5"] + COMMON +
+                                ["--predict", test, "--weights", weights, "--out", wrong])
+        if checks.exit_code(run, 2, "--predict with another network's weights"):
+            if "mismatch" not in run.stderr and "missing" not in run.stderr:
+                checks.fail("--predict with other weights: the message names no mismatch: " +
+                            run.last_stderr())
+            if os.path.exists(os.path.join(wrong, "predictions.csv")):
+                checks.fail("--predict with other weights wrote predictions.csv")
+        return checks.problems, "%d predictions" % (len(one) if one else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1534,7 +1635,8 @@ def main():
                 parser.error("--%s: unknown %s; expected %s" % (axis, ", ".join(unknown),
                                                                   ", ".join(names)))
             cells = [c for c in cells if c.split("/")[index] in chosen]
-    fault_cells = ["faults/" + name for name in FAULTS] + ([GAN_CELL] if options.gan else [])
+    fault_cells = (["stages/" + name for name in DATA] + ["faults/" + name for name in FAULTS] +
+                   ([GAN_CELL] if options.gan else []))
     if options.cell:
         unknown = [c for c in options.cell if c not in all_cells() + fault_cells]
         if unknown:

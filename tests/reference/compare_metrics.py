@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Runs metrics_reference, which writes the scores, targets and metrics of ClassificationMetrics
-runs, recomputes every metric with scikit-learn (Debian's python3-sklearn) and compares them:
-relative error at most 1e-9. Usage: compare_metrics.py PATH/TO/metrics_reference WORK_DIR"""
+"""Runs metrics_reference, which writes the outputs, targets and metrics of ClassificationMetrics
+and RegressionMetrics runs, recomputes every metric with scikit-learn (Debian's python3-sklearn)
+and compares them: relative error at most 1e-9 (regression: 1e-9 relative or 1e-12 absolute).
+Usage: compare_metrics.py PATH/TO/metrics_reference WORK_DIR"""
 
 import json
 import os
@@ -9,7 +10,9 @@ import subprocess
 import sys
 
 import numpy as np
-from sklearn.metrics import accuracy_score, precision_recall_fscore_support, top_k_accuracy_score
+from sklearn.metrics import (accuracy_score, explained_variance_score, mean_absolute_error,
+                             mean_squared_error, precision_recall_fscore_support, r2_score,
+                             top_k_accuracy_score)
 
 TOLERANCE = 1e-9
 
@@ -37,16 +40,34 @@ def sklearn_metrics(case, prefix="val_"):
     return expected
 
 
+def sklearn_regression_metrics(case):
+    """Every metric RegressionMetrics records, by name, computed by scikit-learn."""
+    predicted = np.array(case["predictions"])
+    truth = np.array(case["targets"])
+    prefix = case["prefix"]
+    per_column_mse = mean_squared_error(truth, predicted, multioutput="raw_values")
+    return {
+        prefix + "mse": mean_squared_error(truth, predicted),
+        prefix + "mae": mean_absolute_error(truth, predicted),
+        prefix + "rmse": float(np.mean(np.sqrt(per_column_mse))),
+        prefix + "r2": r2_score(truth, predicted),
+        prefix + "explained_variance": explained_variance_score(truth, predicted),
+    }
+
+
 def compare(case):
-    expected = sklearn_metrics(case)
-    ours = {name: value for name, value in case["metrics"].items() if name != "val_loss"}
+    regression = case.get("kind") == "regression"
+    expected = sklearn_regression_metrics(case) if regression else sklearn_metrics(case)
+    ours = {name: value for name, value in case["metrics"].items()
+            if name not in ("val_loss", "test_loss")}
     failures = []
     if set(ours) != set(expected):
         failures.append(f"{case['name']}: metrics recorded {sorted(ours)}, expected "
                         f"{sorted(expected)}")
     for name in sorted(set(ours) & set(expected)):
         a, b = ours[name], float(expected[name])
-        if not (a == b or abs(a - b) <= TOLERANCE * max(abs(a), abs(b))):
+        if not (a == b or abs(a - b) <= TOLERANCE * max(abs(a), abs(b))
+                or (regression and abs(a - b) <= 1e-12)):
             failures.append(f"{case['name']}: {name} torchbus {a!r} scikit-learn {b!r}")
     return failures, len(expected)
 

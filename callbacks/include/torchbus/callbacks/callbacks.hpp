@@ -18,6 +18,7 @@
 #include <torchbus/callbacks/prediction_writer.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
+#include <torchbus/callbacks/regression_metrics.hpp>
 #include <torchbus/callbacks/run_report.hpp>
 #include <torchbus/callbacks/simple_logger.hpp>
 #include <torchbus/callbacks/swa.hpp>
