@@ -151,7 +151,8 @@ def main():
         writer.writerows(unlabelled.tolist())
     command = [train, "--data", "csv:train.csv", "--model", "mlp", "--hidden", "8",
                "--batch-size", "16", "--no-progress", "--no-tensorboard", "--no-report"]
-    result = subprocess.run(command + ["--epochs", "2", "--out", "runs/csv"], capture_output=True,
+    result = subprocess.run(command + ["--epochs", "2", "--overwrite", "--out", "runs/csv"],
+                            capture_output=True,
                             text=True, timeout=300)
     checks.check(result.returncode == 0, "a CSV run trains: " + result.stdout[-2000:])
     result = subprocess.run(command + ["--predict", "csv:new.csv", "--weights",

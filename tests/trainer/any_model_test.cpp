@@ -231,6 +231,33 @@ BOOST_AUTO_TEST_CASE(a_model_holder_trains_with_a_loss_of_the_whole_batch) {
                  "the batch has no tensor 'weight'; its fields: target"));
 }
 
+BOOST_AUTO_TEST_CASE(sample_field_names_the_field_that_counts_the_samples) {
+  // Time-major tokens [5, N] come first: by the default rule every batch counts 5 samples.
+  std::vector<Batch> batches;
+  for (const std::int64_t rows : {2, 6}) {
+    Batch batch;
+    batch.set("tokens", torch::zeros({5, rows})).set("labels", torch::zeros({rows}));
+    batches.push_back(std::move(batch));
+  }
+  const auto mean_loss = [&](TrainerOptions options) {
+    auto model = make_model();
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    Trainer trainer(model, optimizer, cross_entropy, options.use_registered_subscriptions(false));
+    trainer.set_eval_step([](Trainer& self, Batch&) {  // losses 1 and 3
+      return torch::tensor(self.state().eval_batch == 0 ? 1.0 : 3.0);
+    });
+    return trainer.evaluate(batches);
+  };
+  BOOST_TEST(mean_loss(TrainerOptions()) == 2.0);
+  BOOST_TEST(mean_loss(TrainerOptions().sample_field("labels")) == (1.0 * 2 + 3.0 * 6) / 8);
+  BOOST_TEST(has(message_of<DataError>([&] { mean_loss(TrainerOptions().sample_field("ids")); }),
+                 "counted by its field 'ids' (TrainerOptions::sample_field), and the batch has "
+                 "none; its fields: tokens, labels"));
+  Batch listed;
+  listed.set_list("boxes", {torch::zeros({3, 4}), torch::zeros({1, 4})});
+  BOOST_TEST(listed.samples("boxes") == 2);
+}
+
 BOOST_AUTO_TEST_CASE(an_output_names_its_tensors) {
   const auto logits = torch::randn({2, 3});
   Output output(logits);

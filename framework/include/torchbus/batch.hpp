@@ -71,6 +71,10 @@ class Batch : public torch::data::Example<> {
   /// the first named tensor, else the length of the first list. A 0-dimensional tensor, or a
   /// batch with no field at all (a custom step that reads its data elsewhere), counts as one.
   std::int64_t samples() const;
+  /// How many samples the batch holds by the field `field`: its first dimension (1 for a
+  /// 0-dimensional tensor), or a list's length; empty: samples(). A DataError naming the fields
+  /// when the batch has no field of that name.
+  std::int64_t samples(std::string_view field) const;
 
   /// Moves every tensor (the pair, the named ones, each list's) to `device`; `non_blocking` as in
   /// `at::Tensor::to`. Tensors already there are left as they are.

@@ -37,6 +37,10 @@ struct TrainerOptions {
   TORCH_ARG(BatchLimit, limit_train_batches) = {};
   /// Batches per validation pass (fit's validations and evaluate()); see limit_train_batches.
   TORCH_ARG(BatchLimit, limit_val_batches) = {};
+  /// The batch field whose first dimension (or list length) counts a batch's samples: the weights
+  /// of an evaluation's mean loss and the global batch a resume checks (empty: Batch::samples()'s
+  /// rule, the first dimension of `data`, else of `target`, else of the first named field).
+  TORCH_ARG(std::string, sample_field) = "";
   /// Batches per test pass (test()); see limit_train_batches.
   TORCH_ARG(BatchLimit, limit_test_batches) = {};
   /// Batches per predict pass (predict()); see limit_train_batches.

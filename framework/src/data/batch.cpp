@@ -119,6 +119,16 @@ std::int64_t Batch::samples() const {
   return 1;
 }
 
+std::int64_t Batch::samples(std::string_view field) const {
+  if (field.empty()) return samples();
+  if (has_list(field)) return static_cast<std::int64_t>(list_field(field).size());
+  TORCHBUS_CHECK(
+      has(field), DataError, "the samples of a batch are counted by its field '", field,
+      "' (TrainerOptions::sample_field), and the batch has none; its fields: ", field_names());
+  const auto& tensor = get_field(field);
+  return tensor.dim() > 0 ? tensor.size(0) : std::int64_t{1};
+}
+
 void Batch::to(const c10::Device& device, bool non_blocking) {
   const auto move = [&](at::Tensor& tensor) {
     if (tensor.defined() && tensor.device() != device) tensor = tensor.to(device, non_blocking);

@@ -41,7 +41,7 @@ at::Tensor EvaluationLoop::run(BatchSource& data, std::int64_t batch_limit,
                                 batch, "eval step");
     if (!state.cancelled) {
       detail::StateWriter::set_batch(state, loss, batch.target);
-      const auto size = batch.samples();
+      const auto size = batch.samples(context_.options.sample_field());
       const auto weighted = loss.detach() * static_cast<double>(size);
       loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
       samples += size;

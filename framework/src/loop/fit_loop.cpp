@@ -261,7 +261,7 @@ void FitLoop::count_batch_samples() {
   const auto& state = context_.state;
   std::int64_t per_rank = 0;  // the window's largest batch on this rank
   for (std::size_t i = 0; i < window_used_; ++i) {
-    per_rank = std::max(per_rank, window_[i].samples());
+    per_rank = std::max(per_rank, window_[i].samples(context_.options.sample_field()));
   }
   const auto samples = per_rank * state.world_size;
   if (expected_batch_samples_ > 0 && samples != expected_batch_samples_) {
