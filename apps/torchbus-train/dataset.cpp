@@ -266,8 +266,9 @@ struct CsvTable {
   std::vector<float> features;
   std::vector<std::int64_t> labels;  // empty without the label column
   std::int64_t rows = 0;
-  std::int64_t columns = 0;  // feature columns
-  bool labelled = false;     // the file has the label column
+  std::int64_t columns = 0;                // feature columns
+  bool labelled = false;                   // the file has the label column
+  std::vector<std::string> feature_names;  // the header's other columns, in order
 };
 
 /// Reads `path`: a header row, then numeric cells; the column `label` holds class indices. Without
@@ -347,6 +348,9 @@ CsvTable read_csv_table(const std::string& path, const std::string& label, bool 
     ++table.rows;
   }
   table.columns = static_cast<std::int64_t>(header.size()) - (table.labelled ? 1 : 0);
+  for (std::size_t column = 0; column < header.size(); ++column) {
+    if (column != label_column) table.feature_names.push_back(header[column]);
+  }
   return table;
 }
 
@@ -372,6 +376,7 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
   dataset.description = concat("CSV ", path, ": ", rows, " rows, ", columns, " features, label '",
                                label, "', ", dataset.classes, " classes");
   dataset.warnings = label_warnings(path, labels, dataset.classes);
+  dataset.feature_names = std::move(table.feature_names);
   return dataset;
 }
 
@@ -405,8 +410,13 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
   if (kind == "csv" && colon != std::string::npos) {
     // Every row of the file, with its labels when it has the label column.
     const auto rest = spec.substr(colon + 1);
+    TORCHBUS_CHECK(!rest.empty(), ConfigError, "csv needs a file: csv:FILE[:LABEL]");
     const auto label_colon = rest.rfind(':');
-    const bool named = label_colon != std::string::npos && label_colon + 1 < rest.size();
+    TORCHBUS_CHECK(label_colon == std::string::npos || label_colon + 1 < rest.size(), ConfigError,
+                   "'", spec,
+                   "' names no label column after its last ':'; expected "
+                   "csv:FILE:LABEL, or csv:FILE for the column 'label'");
+    const bool named = label_colon != std::string::npos;
     const auto path = named ? rest.substr(0, label_colon) : rest;
     const auto label = named ? rest.substr(label_colon + 1) : std::string("label");
     auto table = read_csv_table(path, label, labels_required);
@@ -416,6 +426,7 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
     if (table.labelled) {
       held_out.targets = torch::from_blob(table.labels.data(), {table.rows}, torch::kLong).clone();
     }
+    held_out.feature_names = table.feature_names;
     held_out.description =
         concat("CSV ", path, ": ", table.rows, " rows, ", table.columns, " features",
                table.labelled ? concat(", label '", label, "'") : std::string(", no labels"));
@@ -445,6 +456,14 @@ HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std:
                  " (", trained_on.description,
                  "); give --data the data the weights were "
                  "trained on");
+  // A CSV file's features by name: the same columns in another order would be read as others.
+  TORCHBUS_CHECK(held_out.feature_names.empty() || trained_on.feature_names.empty() ||
+                     held_out.feature_names == trained_on.feature_names,
+                 DataError, flag, " ", spec, ": its feature columns are ",
+                 torchbus::detail::join_or_none(held_out.feature_names),
+                 "; the model was trained on ",
+                 torchbus::detail::join_or_none(trained_on.feature_names),
+                 " (in this order); expected the same columns in the same order");
   if (held_out.targets.defined() && held_out.targets.numel() > 0) {
     const auto largest = held_out.targets.max().item<std::int64_t>();
     TORCHBUS_CHECK(largest < trained_on.classes, DataError, flag, " ", spec, ": label ", largest,

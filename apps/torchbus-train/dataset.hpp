@@ -17,6 +17,7 @@ struct Dataset {
   std::int64_t classes = 0;                          ///< number of classes
   bool images = false;                               ///< inputs are [N, 1, H, W] images
   std::string images_file;                           ///< the training images' file (MNIST)
+  std::vector<std::string> feature_names;            ///< a CSV file's feature columns, in order
   std::string description;                           ///< one line for the log
   std::vector<std::string> warnings;                 ///< what the log should warn about
 };
@@ -41,9 +42,10 @@ Dataset csv_dataset(const std::string& path, const std::string& label);
 
 /// Data to test or predict on: every sample, in order.
 struct HeldOut {
-  at::Tensor inputs;        ///< [N, ...]
-  at::Tensor targets;       ///< [N] class indices; undefined for a CSV file without labels
-  std::string description;  ///< one line for the log
+  at::Tensor inputs;   ///< [N, ...]
+  at::Tensor targets;  ///< [N] class indices; undefined for a CSV file without labels
+  std::vector<std::string> feature_names;  ///< a CSV file's feature columns, in order
+  std::string description;                 ///< one line for the log
 };
 
 /// The data of `spec` to test or predict on: synthetic: its held-out split; mnist:DIR: the t10k

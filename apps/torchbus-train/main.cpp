@@ -283,11 +283,23 @@ int train_and_summarize(Training& training) {
     }
     throw;
   }
-  // A run that was interrupted is tested when it is resumed and finishes.
-  if (training.run.test_data && end.exit_code == 0) tested = test_trained(training);
   if (training.writes_outputs) {
     // The final weights (the EMA or SWA average when on), as summary.json's params_sha256.
     torchbus::save_state_dict(*training.run.model, out / "model.pt");
+  }
+  // A run that was interrupted is tested when it is resumed and finishes. A test that fails
+  // leaves the trained run's summary (without test figures) before its error ends the process.
+  if (training.run.test_data && end.exit_code == 0) {
+    try {
+      tested = test_trained(training);
+    } catch (...) {
+      if (training.writes_outputs) {
+        write_summary(end.stop_reason, end.exit_code, end.seconds, end.average_validation);
+      }
+      throw;
+    }
+  }
+  if (training.writes_outputs) {
     write_summary(end.stop_reason, end.exit_code, end.seconds, end.average_validation);
   }
   const auto& failures = trainer.bus().subscriber_failures();
@@ -322,6 +334,7 @@ int run(Flags flags) {
 
   // --predict trains nothing and writes OUT/predictions.csv alone.
   if (run.predict_data) {
+    training_started = true;  // its checks are done: a failure from here on is a runtime one
     return train::predict(flags, run.model, *run.predict_data, group, run.device.device);
   }
 

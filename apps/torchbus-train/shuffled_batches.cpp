@@ -57,7 +57,7 @@ bool ShuffledBatches::next(torchbus::Batch& batch) {
     return at::index_select_out(pinned, from, 0, indices);
   };
   batch.data = gather(inputs_);
-  if (targets_.defined()) batch.target = gather(targets_);
+  batch.target = targets_.defined() ? gather(targets_) : at::Tensor();
   if (indexed_) batch.set("index", indices);
   offset_ += batch_size_;
   return true;

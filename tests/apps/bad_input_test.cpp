@@ -463,6 +463,10 @@ BOOST_AUTO_TEST_CASE(test_and_predict_refuse_what_cannot_work_before_writing) {
   expect_data_error(csv + "--test csv:" + three.string(), out,
                     {"--test csv:" + three.string(), "its samples have shape [3]",
                      "the model, made for --data's, takes [2]"});
+  const auto swapped = make_csv_file("stages_swapped", "b,a,label\n1,2,0\n");
+  expect_data_error(
+      csv + "--test csv:" + swapped.string(), out,
+      {"its feature columns are b, a; the model was trained on a, b (in this order)"});
   expect_data_error(csv + "--test csv:" + unlabelled.string(), out,
                     {"has no column 'label'; its columns are: a, b"});
   expect_data_error(csv + "--test csv:" + labels.string(), out,

@@ -21,14 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The lines of `path`.
-std::vector<std::string> lines_of(const fs::path& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 /// The comma-separated cells of `line`.
 std::vector<std::string> cells_of(const std::string& line) {
   std::vector<std::string> cells;
@@ -78,7 +70,7 @@ BOOST_AUTO_TEST_CASE(a_csv_file_has_one_row_per_sample_with_each_value_read_back
   const auto batches = make_batches(3, 5);
   const auto predictions = run.trainer.predict(batches);
 
-  const auto lines = lines_of(path);
+  const auto lines = read_lines(path);
   BOOST_REQUIRE(lines.size() == 16u);
   BOOST_TEST(lines[0] == "class,probability_0,probability_1,probability_2");
   for (std::size_t row = 0; row < 15; ++row) {
@@ -134,7 +126,7 @@ BOOST_AUTO_TEST_CASE(writes_per_batch_give_the_same_rows_and_one_tensor_file_per
   };
   predict_to(dir.path / "run.csv", PredictionWriteInterval::Run);
   predict_to(dir.path / "batch.csv", PredictionWriteInterval::Batch);
-  BOOST_TEST(lines_of(dir.path / "run.csv") == lines_of(dir.path / "batch.csv"));
+  BOOST_TEST(read_lines(dir.path / "run.csv") == read_lines(dir.path / "batch.csv"));
   const auto predictions = predict_to(dir.path / "part.pt", PredictionWriteInterval::Batch);
   for (int k = 0; k < 3; ++k) {
     const auto read = read_state_dict(dir.path / ("part_" + std::to_string(k) + ".pt"));

@@ -24,14 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The lines of `path`.
-std::vector<std::string> lines_of(const fs::path& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 /// Fits two epochs with validation, then tests, with `add` adding the loggers.
 template <typename Add>
 Trainer& fit_then_test(Trainer& trainer, Add add) {
@@ -65,7 +57,7 @@ BOOST_AUTO_TEST_CASE(every_logger_writes_the_tests_metrics_in_a_test_section) {
   const double test_accuracy = metrics.latest("test_accuracy").value;
 
   // CSV: the last row is the test's, with its metrics in their own columns.
-  const auto lines = lines_of(dir.path / "metrics.csv");
+  const auto lines = read_lines(dir.path / "metrics.csv");
   BOOST_REQUIRE(lines.size() >= 3u);
   const auto& header = lines.front();
   BOOST_TEST(has(header, "test_loss"));

@@ -79,13 +79,6 @@ WorkerEnd run_worker(const fs::path& directory, const fs::path& log,
   return end;
 }
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 /// The rows of DIR/metrics.csv as "kind,step,epoch,loss,..." (without the wall time).
 std::vector<std::string> csv_rows(const fs::path& directory) {
   std::vector<std::string> rows;

@@ -18,12 +18,13 @@
 // gan=1 (instead: a small GAN in two optimizer phases, discriminator then generator, whose
 // generator turns each sample's first 3 features, negated, into a fake; no validation),
 // phase_models=1 (with gan=1: each phase brings its half as its model, no wrapper module),
-// structured=1 (batches of named fields `features`, `labels`, `index` from a dataset of
+// structured=1 (batches of named fields `features`, `labels`, `index`, `onehot` from a dataset of
 // torchbus::Batch samples, collated by the trainer; a forward of the batch returning named logits
-// and a loss of the output and the batch).
+// and a loss of the output and the batch; RegressionMetrics of the logits against `onehot`).
 
 #include <torch/torch.h>
 #include <torchbus/callbacks/classification_metrics.hpp>
+#include <torchbus/callbacks/regression_metrics.hpp>
 #include <torchbus/torchbus.hpp>
 
 #include <chrono>
@@ -71,7 +72,8 @@ class NamedSynthetic : public torch::data::datasets::Dataset<NamedSynthetic, tor
     torchbus::Batch sample;
     sample.set("features", pair.data)
         .set("labels", pair.target)
-        .set("index", torch::tensor(static_cast<std::int64_t>(index)));
+        .set("index", torch::tensor(static_cast<std::int64_t>(index)))
+        .set("onehot", torch::one_hot(pair.target, 4).to(torch::kFloat));
     return sample;
   }
   c10::optional<std::size_t> size() const override { return 96; }
@@ -154,6 +156,10 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
   trainer.add(std::make_shared<torchbus::ClassificationMetrics>(
       structured ? torchbus::ClassificationMetricsOptions().output("logits").target("labels")
                  : torchbus::ClassificationMetricsOptions()));
+  if (structured) {  // the logits against the one-hot labels, merged over the ranks' shards
+    trainer.add(std::make_shared<torchbus::RegressionMetrics>(
+        torchbus::RegressionMetricsOptions().output("logits").target("onehot")));
+  }
 
   int group_starts = 0;
   trainer.on(torchbus::Event::ProcessGroupStart, [&](torchbus::State&) { ++group_starts; });
@@ -274,7 +280,11 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
                                  << "group_starts=" << group_starts << "\n"
                                  << "stop_reason=" << trainer.state().stop_reason() << "\n"
                                  << "val_loss=" << metric("val_loss") << "\n"
-                                 << "val_accuracy=" << metric("val_accuracy") << "\n";
+                                 << "val_accuracy=" << metric("val_accuracy") << "\n"
+                                 << "val_mse=" << metric("val_mse") << "\n"
+                                 << "val_r2=" << metric("val_r2") << "\n"
+                                 << "val_explained_variance=" << metric("val_explained_variance")
+                                 << "\n";
   torch::save(model->parameters(), prefix + ".params");
 }
 

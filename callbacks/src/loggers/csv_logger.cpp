@@ -449,7 +449,7 @@ void CsvLogger::on_eval_start(State& state) {
 }
 
 void CsvLogger::on_eval_end(State& state) {
-  if (state.action != Action::Test || !out_.file->is_open()) return;
+  if (state.action != Action::Test || state.error || !out_.file->is_open()) return;
   auto names = test_marks_.recorded_since(state.metrics);
   names.erase(std::remove_if(names.begin(), names.end(), is_reserved), names.end());
   add_columns(names);

@@ -112,15 +112,20 @@ void PredictionWriter::on_predict_start(State& state) {
                  ": writes per batch follow one rank's shard, and there are ", state.world_size,
                  " ranks; write once per run (PredictionWriteInterval::Run) to gather the "
                  "predictions in the input's order");
-  if (state.rank != 0) return;
+  // Per batch (one rank): the directory now, and the CSV file's rows from the first batch on;
+  // per run, rank 0 creates it when it writes, after the ranks' last collective.
+  if (options_.write_interval() == PredictionWriteInterval::Batch) {
+    create_directory();
+    if (csv()) file_ = std::make_unique<AtomicFile>(options_.path(), Durability::kProcessCrash);
+  }
+}
+
+void PredictionWriter::create_directory() const {
   const auto directory = options_.path().parent_path();
   std::error_code error;
   if (!directory.empty()) fs::create_directories(directory, error);
-  TORCHBUS_CHECK(!error, ConfigError, who(*this), ": cannot create the directory ",
-                 directory.string(), ": ", error.message());
-  if (options_.write_interval() == PredictionWriteInterval::Batch && csv()) {
-    file_ = std::make_unique<AtomicFile>(options_.path(), Durability::kProcessCrash);
-  }
+  TORCHBUS_CHECK(!error, Error, who(*this), ": cannot create the directory ", directory.string(),
+                 ": ", error.message());
 }
 
 NamedTensors PredictionWriter::take(const State& state) const {
@@ -142,7 +147,9 @@ NamedTensors PredictionWriter::take(const State& state) const {
                    tensor.size(0), " rows (shape ", tensor.sizes(), "), '", tensors.front().first,
                    "' ", rows, "; expected one row per sample in each");
     rows = tensor.size(0);
-    tensors.emplace_back(name, tensor.detach().to(at::kCPU).contiguous());
+    // A copy also of a CPU tensor: a step may return views of buffers it reuses.
+    const auto host = tensor.is_cpu() ? tensor.detach().clone() : tensor.detach().cpu();
+    tensors.emplace_back(name, host.contiguous());
   };
   if (index != nullptr) add(options_.index(), index->reshape({-1}).to(at::kLong));
   for (const auto& name : options_.outputs()) {
@@ -196,16 +203,20 @@ void PredictionWriter::on_predict_end(State& state) {
   batches_.clear();
   if (state.world_size > 1 && state.process_group != nullptr) {
     auto& group = *state.process_group;
-    TORCHBUS_CHECK(!columns.empty(), DataError, who(*this), ": rank ", state.rank,
-                   " predicted no batch; every rank needs a shard of the predict data");
-    const auto counts_tensor =
-        group.all_gather(torch::tensor({columns.front().second.size(0)}, at::kLong));
+    // Every rank learns every rank's rows first, so that all stop alike when one has none.
+    const auto counts_tensor = group.all_gather(torch::tensor(
+        {columns.empty() ? std::int64_t{0} : columns.front().second.size(0)}, at::kLong));
     std::vector<std::int64_t> counts(
         counts_tensor.data_ptr<std::int64_t>(),
         counts_tensor.data_ptr<std::int64_t>() + counts_tensor.numel());
+    const auto empty = std::find(counts.begin(), counts.end(), 0);
+    TORCHBUS_CHECK(empty == counts.end(), DataError, who(*this), ": rank ", empty - counts.begin(),
+                   " predicted no sample (every batch cancelled, or no batch); every rank needs "
+                   "a shard of the predict data");
     for (auto& [name, tensor] : columns) tensor = gathered(group, tensor, counts);
   }
   if (state.rank != 0) return;
+  create_directory();
   const bool indexed = !columns.empty() && columns.front().first == options_.index();
   if (indexed) {
     // In the input's order; the first of repeated indices kept (a sampler's padding).

@@ -443,7 +443,7 @@ void RunReport::on_eval_start(State& state) {
 }
 
 void RunReport::on_eval_end(State& state) {
-  if (state.action != Action::Test) return;
+  if (state.action != Action::Test || state.error) return;
   ReportTable table{"Test", {"metric", "value"}, {}};
   for (const auto& metric : test_marks_.recorded_since(state.metrics)) {
     table.rows.push_back({metric, fmt::format("{:.6g}", state.metrics.latest(metric).value)});

@@ -110,7 +110,9 @@ void check_phases(const std::vector<OptimizerPhase>& phases, const torch::nn::Mo
 /// The batch's fields for an error: "an input of shape [4, 3]" for a batch of `data` alone, else
 /// each field and its shape ("a batch of data [4, 3], mask [4, 7], boxes (list of 4)").
 std::string describe_fields(const Batch& batch) {
-  if (!batch.structured()) return detail::concat("an input of shape ", batch.data.sizes());
+  if (!batch.structured() && batch.data.defined()) {
+    return detail::concat("an input of shape ", batch.data.sizes());
+  }
   std::string fields;
   const auto add = [&fields](std::string_view name, const std::string& what) {
     fields += detail::concat(fields.empty() ? "" : ", ", name, " ", what);
@@ -124,7 +126,7 @@ std::string describe_fields(const Batch& batch) {
   for (const auto& [name, list] : batch.lists()) {
     add(name, detail::concat("(list of ", list.size(), ")"));
   }
-  return "a batch of " + fields;
+  return fields.empty() ? std::string("a batch without fields") : "a batch of " + fields;
 }
 
 /// The output's tensors for an error: "output of shape [4, 10]", or each named one.
@@ -490,11 +492,12 @@ at::Tensor Trainer::forward_and_loss(Batch& batch) {
     const auto expected = batch.structured()
                               ? " (expected a batch whose fields fit the model's output)"
                               : " (expected a target that fits the model's output)";
-    throw DataError(detail::concat(
-        "the loss failed on ", describe_output(output),
-        batch.structured() ? " and " + describe_fields(batch)
+    throw DataError(
+        detail::concat("the loss failed on ", describe_output(output),
+                       batch.structured() || !batch.target.defined()
+                           ? " and " + describe_fields(batch)
                            : detail::concat(" and target of shape ", batch.target.sizes()),
-        ": ", detail::first_line(error), expected));
+                       ": ", detail::first_line(error), expected));
   }
   for (const auto& [name, tensor] : output.named()) state_.tensors.set(name, tensor);
   state_.tensors.set(tensor_names::kOutput, output.main());

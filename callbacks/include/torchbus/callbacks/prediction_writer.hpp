@@ -36,7 +36,7 @@ struct PredictionWriterOptions {
 
   /// The callback's name, unique in a trainer.
   TORCH_ARG(std::string, name) = "prediction_writer";
-  /// The file (missing parent directories are created at PredictStart).
+  /// The file (missing parent directories are created before it is written).
   TORCH_ARG(std::filesystem::path, path);
   /// The tensors written, each [N] or [N, K] per batch of N samples for a CSV file (any shape
   /// [N, ...] for a tensor file): names find_step_tensor resolves at PredictBatchEnd (the main
@@ -76,7 +76,7 @@ class PredictionWriter : public Callback {
   /// first when the batches had one, then each output, on the CPU, in the rows' order.
   const NamedTensors& predictions() const noexcept { return written_; }
 
-  /// Checks the interval against the ranks and creates the file's directory.
+  /// Checks the interval against the ranks; per batch, creates the file's directory.
   void on_predict_start(State& state) override;
   /// Takes the batch's tensors (Batch: writes its rows).
   void on_predict_batch_end(State& state) override;
@@ -87,6 +87,7 @@ class PredictionWriter : public Callback {
   /// The tensors to write, the index first when present: named, each [rows, ...] on the CPU.
   NamedTensors take(const State& state) const;
   void write_csv_rows(const NamedTensors& columns, bool header);
+  void create_directory() const;  // the file's, with its missing parents
   bool csv() const;
 
   PredictionWriterOptions options_;

@@ -35,8 +35,9 @@ struct RegressionMetricsOptions {
 };
 
 /// Accumulates, per target column, the count, the sums of the errors, their squares and absolute
-/// values, and of the true values and their squares, in float64 on the batches' device (no sync
-/// per batch; summed over the ranks at EvalEnd). At EvalEnd it records, as scikit-learn's
+/// values, and of the true values and their squares (shifted by the first batch's means, so that
+/// spreads survive large means), in float64 on the batches' device (no sync per batch; the ranks'
+/// statistics merged at EvalEnd). At EvalEnd it records, as scikit-learn's
 /// `mean_squared_error`, `mean_absolute_error`, `r2_score` and `explained_variance_score` with
 /// `multioutput="uniform_average"` compute them: "<prefix>mse", "<prefix>mae", "<prefix>rmse"
 /// (the mean over the columns of each column's root MSE), "<prefix>r2" and
@@ -59,7 +60,8 @@ class RegressionMetrics : public Callback {
 
  private:
   RegressionMetricsOptions options_;
-  at::Tensor sums_;  // [6, K] float64: count, Σe, Σe², Σ|e|, Σy, Σy² per column
+  at::Tensor sums_;   // [7, K] float64 per column: count, errors and true values shifted (Sum)
+  at::Tensor shift_;  // [2, K]: the first batch's mean error and mean true value per column
 };
 
 }  // namespace torchbus
