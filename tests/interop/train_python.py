@@ -6,8 +6,9 @@ line is "# interop: NAME" and checks:
   evaluate:   OUT/model.pt of a CNN run, loaded with strict=True, gives summary.json's validation
               accuracy (and its loss to rounding);
   predict:    torchbus-train --predict of that model.pt writes one row per t10k image, in order,
-              with the classes Python's model predicts (also on two ranks), and --predict of a
-              CSV file without labels gives the classes Python's MLP predicts from its rows;
+              with the classes Python's model predicts (also on two ranks); --predict synthetic
+              gives the classes Python's MLP predicts on the same set drawn in Python; and
+              --predict of a CSV file without labels those Python's MLP predicts from its rows;
   initialise: init.pt saved in Python; torchbus-train --init-from init.pt --validate reports the
               loss and accuracy Python computes, trains nothing; a run --init-from it trains, with
               the file's SHA-256 in its identity; --hidden 8 is exit 2 naming the keys.
@@ -134,6 +135,33 @@ def main():
     checks.check([(row["index"], row["class"]) for row in two]
                  == [(row["index"], row["class"]) for row in rows],
                  "two ranks write the same rows, complete and in order: %d rows" % len(two))
+
+    # The built-in data: Python draws the same synthetic set (the same LibTorch generator and calls
+    # as apps/torchbus-train/dataset.cpp's synthetic_dataset), the labels prove it, and the
+    # documented MLP gives predictions.csv's classes.
+    synthetic = [train, "--no-progress", "--no-tensorboard", "--no-report", "--no-csv"]
+    result = subprocess.run(synthetic + ["--epochs", "1", "--overwrite", "--out", "runs/synthetic"],
+                            capture_output=True, text=True, timeout=300)
+    checks.check(result.returncode == 0, "a synthetic run trains: " + result.stdout[-2000:])
+    result = subprocess.run(synthetic + ["--predict", "synthetic", "--weights",
+                                         "runs/synthetic/model.pt", "--out", "runs/synthetic_pred"],
+                            capture_output=True, text=True, timeout=300)
+    checks.check(result.returncode == 0, "--predict synthetic runs: " + result.stdout[-2000:])
+    generator = torch.Generator().manual_seed(42)
+    centres = torch.randn(10, 32, generator=generator) * 0.3
+    for count in (8192, 2048):  # the training split, then the held-out one predicted
+        held_out_targets = torch.randint(10, (count,), generator=generator)
+        held_out = centres.index_select(0, held_out_targets) + torch.randn(count, 32,
+                                                                           generator=generator)
+    synthetic_rows = list(csv.DictReader(open("runs/synthetic_pred/predictions.csv")))
+    checks.check([int(row["label"]) for row in synthetic_rows] == held_out_targets.tolist(),
+                 "Python draws the synthetic set's held-out labels (%d rows)" % len(synthetic_rows))
+    synthetic_model = namespace["torchbus_mlp"](32)
+    synthetic_model.load_state_dict(torch.load("runs/synthetic/model.pt"), strict=True)
+    with torch.no_grad():
+        synthetic_classes = synthetic_model(held_out).argmax(1).tolist()
+    checks.check([int(row["class"]) for row in synthetic_rows] == synthetic_classes,
+                 "predictions.csv of the synthetic set has the classes of Python's MLP")
 
     # A CSV file: trained on a labelled file, predicting an unlabelled one.
     torch.manual_seed(1)
