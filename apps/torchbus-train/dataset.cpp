@@ -264,7 +264,8 @@ namespace {
 /// A CSV file's rows: the features of each row and, when the file has the label column, its labels.
 struct CsvTable {
   std::vector<float> features;
-  std::vector<std::int64_t> labels;  // empty without the label column
+  std::vector<std::int64_t> labels;  // class indices (empty without the label column)
+  std::vector<float> values;         // the label column's values to regress
   std::int64_t rows = 0;
   std::int64_t columns = 0;                // feature columns
   bool labelled = false;                   // the file has the label column
@@ -273,7 +274,8 @@ struct CsvTable {
 
 /// Reads `path`: a header row, then numeric cells; the column `label` holds class indices. Without
 /// that column the file is a DataError when `label_required`, else every column is a feature.
-CsvTable read_csv_table(const std::string& path, const std::string& label, bool label_required) {
+CsvTable read_csv_table(const std::string& path, const std::string& label, bool label_required,
+                        bool regression) {
   regular_file_size(path, "CSV", "a CSV file");
   errno = 0;
   std::ifstream in(path);
@@ -331,7 +333,12 @@ CsvTable read_csv_table(const std::string& path, const std::string& label, bool 
       double value = 0.0;
       TORCHBUS_CHECK(read_number(text, value), DataError, "CSV: ", path, " row ", row, " column '",
                      excerpt(header[column]), "': '", excerpt(text), "' is not a number");
-      if (column == label_column) {
+      if (column == label_column && regression) {
+        TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
+                       " column '", excerpt(header[column]), "': target '", excerpt(text),
+                       "' is not a finite float32 number (magnitude at most 3.4028235e38)");
+        table.values.push_back(static_cast<float>(value));
+      } else if (column == label_column) {
         TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
                            value == static_cast<double>(static_cast<std::int64_t>(value)),
                        DataError, "CSV: ", path, " row ", row, " column '", excerpt(header[column]),
@@ -354,10 +361,20 @@ CsvTable read_csv_table(const std::string& path, const std::string& label, bool 
   return table;
 }
 
+/// `dataset` (classes of the built-in set or MNIST) as a regression of the class index.
+Dataset as_regression(Dataset dataset) {
+  dataset.train_targets = dataset.train_targets.to(torch::kFloat).unsqueeze(1);
+  dataset.validation_targets = dataset.validation_targets.to(torch::kFloat).unsqueeze(1);
+  dataset.classes = 1;
+  dataset.regression = true;
+  dataset.description += ", regressing the class index";
+  return dataset;
+}
+
 }  // namespace
 
-Dataset csv_dataset(const std::string& path, const std::string& label) {
-  auto table = read_csv_table(path, label, /*label_required=*/true);
+Dataset csv_dataset(const std::string& path, const std::string& label, bool regression) {
+  auto table = read_csv_table(path, label, /*label_required=*/true, regression);
   auto& features = table.features;
   auto& labels = table.labels;
   const auto rows = table.rows;
@@ -365,45 +382,58 @@ Dataset csv_dataset(const std::string& path, const std::string& label) {
                  " data rows; expected at least 2 (one for training, one for validation)");
   const auto columns = table.columns;
   const auto inputs = torch::from_blob(features.data(), {rows, columns}, torch::kFloat).clone();
-  const auto targets = torch::from_blob(labels.data(), {rows}, torch::kLong).clone();
+  const auto targets = regression
+                           ? torch::from_blob(table.values.data(), {rows, 1}, torch::kFloat).clone()
+                           : torch::from_blob(labels.data(), {rows}, torch::kLong).clone();
   const auto validation = std::max<std::int64_t>(1, rows / 5);
   Dataset dataset;
   dataset.train_inputs = inputs.slice(0, 0, rows - validation);
   dataset.train_targets = targets.slice(0, 0, rows - validation);
   dataset.validation_inputs = inputs.slice(0, rows - validation);
   dataset.validation_targets = targets.slice(0, rows - validation);
+  dataset.feature_names = std::move(table.feature_names);
+  if (regression) {
+    dataset.classes = 1;
+    dataset.regression = true;
+    dataset.description = concat("CSV ", path, ": ", rows, " rows, ", columns,
+                                 " features, target '", label, "' (regression)");
+    return dataset;
+  }
   dataset.classes = *std::max_element(labels.begin(), labels.end()) + 1;
   dataset.description = concat("CSV ", path, ": ", rows, " rows, ", columns, " features, label '",
                                label, "', ", dataset.classes, " classes");
   dataset.warnings = label_warnings(path, labels, dataset.classes);
-  dataset.feature_names = std::move(table.feature_names);
   return dataset;
 }
 
-Dataset load_dataset(const std::string& spec, std::uint64_t seed) {
-  if (spec == "synthetic") return synthetic_dataset(8192, 2048, 32, 10, seed);
+Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression) {
+  if (spec == "synthetic") {
+    auto dataset = synthetic_dataset(8192, 2048, 32, 10, seed);
+    return regression ? as_regression(std::move(dataset)) : dataset;
+  }
   const auto colon = spec.find(':');
   const auto kind = spec.substr(0, colon);
   const auto rest = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
   if (kind == "mnist") {
     TORCHBUS_CHECK(!rest.empty(), ConfigError, "--data mnist needs a directory: mnist:DIR");
-    return mnist_dataset(rest);
+    return regression ? as_regression(mnist_dataset(rest)) : mnist_dataset(rest);
   }
   if (kind == "csv") {
     TORCHBUS_CHECK(!rest.empty(), ConfigError, "--data csv needs a file: csv:FILE[:LABEL]");
     const auto label_colon = rest.rfind(':');
-    if (label_colon == std::string::npos) return csv_dataset(rest, "label");
+    if (label_colon == std::string::npos) return csv_dataset(rest, "label", regression);
     TORCHBUS_CHECK(label_colon + 1 < rest.size(), ConfigError, "--data '", spec,
                    "' names no label column after its last ':'; expected csv:FILE:LABEL, or "
                    "csv:FILE for the column 'label'");
-    return csv_dataset(rest.substr(0, label_colon), rest.substr(label_colon + 1));
+    return csv_dataset(rest.substr(0, label_colon), rest.substr(label_colon + 1), regression);
   }
   throw ConfigError(concat("--data '", spec,
                            "' is not a data source; expected synthetic, mnist:DIR or "
                            "csv:FILE[:LABEL]"));
 }
 
-HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required) {
+HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required,
+                      bool regression) {
   const auto colon = spec.find(':');
   const auto kind = spec.substr(0, colon);
   HeldOut held_out;
@@ -419,12 +449,14 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
     const bool named = label_colon != std::string::npos;
     const auto path = named ? rest.substr(0, label_colon) : rest;
     const auto label = named ? rest.substr(label_colon + 1) : std::string("label");
-    auto table = read_csv_table(path, label, labels_required);
+    auto table = read_csv_table(path, label, labels_required, regression);
     TORCHBUS_CHECK(table.rows >= 1, DataError, "CSV: '", path, "' has no data rows");
     held_out.inputs =
         torch::from_blob(table.features.data(), {table.rows, table.columns}, torch::kFloat).clone();
     if (table.labelled) {
-      held_out.targets = torch::from_blob(table.labels.data(), {table.rows}, torch::kLong).clone();
+      held_out.targets =
+          regression ? torch::from_blob(table.values.data(), {table.rows, 1}, torch::kFloat).clone()
+                     : torch::from_blob(table.labels.data(), {table.rows}, torch::kLong).clone();
     }
     held_out.feature_names = table.feature_names;
     held_out.description =
@@ -433,7 +465,7 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
     return held_out;
   }
   // The built-in set and MNIST: their validation split (MNIST: the t10k files).
-  const auto data = load_dataset(spec, seed);
+  const auto data = load_dataset(spec, seed, regression);
   held_out.inputs = data.validation_inputs;
   held_out.targets = data.validation_targets;
   held_out.description =
@@ -445,7 +477,7 @@ HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std:
                           bool labels_required, const Dataset& trained_on) {
   HeldOut held_out;
   try {
-    held_out = load_held_out(spec, seed, labels_required);
+    held_out = load_held_out(spec, seed, labels_required, trained_on.regression);
   } catch (const ConfigError& error) {
     throw ConfigError(concat(flag, " ", spec, ": ", error.what()));
   }
@@ -464,7 +496,7 @@ HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std:
                  "; the model was trained on ",
                  torchbus::detail::join_or_none(trained_on.feature_names),
                  " (in this order); expected the same columns in the same order");
-  if (held_out.targets.defined() && held_out.targets.numel() > 0) {
+  if (!trained_on.regression && held_out.targets.defined() && held_out.targets.numel() > 0) {
     const auto largest = held_out.targets.max().item<std::int64_t>();
     TORCHBUS_CHECK(largest < trained_on.classes, DataError, flag, " ", spec, ": label ", largest,
                    " is not one of the model's ", trained_on.classes, " classes (0 to ",

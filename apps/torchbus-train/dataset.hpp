@@ -16,15 +16,18 @@ struct Dataset {
   at::Tensor validation_inputs, validation_targets;  ///< the held-out split
   std::int64_t classes = 0;                          ///< number of classes
   bool images = false;                               ///< inputs are [N, 1, H, W] images
-  std::string images_file;                           ///< the training images' file (MNIST)
-  std::vector<std::string> feature_names;            ///< a CSV file's feature columns, in order
-  std::string description;                           ///< one line for the log
-  std::vector<std::string> warnings;                 ///< what the log should warn about
+  bool regression = false;  ///< targets are values [N, 1] (float), `classes` the outputs: 1
+  std::string images_file;  ///< the training images' file (MNIST)
+  std::vector<std::string> feature_names;  ///< a CSV file's feature columns, in order
+  std::string description;                 ///< one line for the log
+  std::vector<std::string> warnings;       ///< what the log should warn about
 };
 
 /// Loads `spec`: "synthetic", "mnist:DIR" or "csv:FILE[:LABEL]". A malformed spec throws
 /// torchbus::ConfigError; unreadable or malformed data throws torchbus::DataError naming the file.
-Dataset load_dataset(const std::string& spec, std::uint64_t seed);
+/// With `regression` the targets are values [N, 1]: a CSV label column of any finite numbers, the
+/// class index of the built-in set and of MNIST.
+Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression = false);
 
 /// The deterministic synthetic set: Gaussian clusters around one random centre per class.
 Dataset synthetic_dataset(std::int64_t train_size, std::int64_t validation_size,
@@ -38,12 +41,12 @@ Dataset mnist_dataset(const std::string& directory);
 /// A CSV file with a header row, numeric cells and an integer class column `label`; the last
 /// fifth of the rows is the validation split. Labels that leave classes without a sample, or
 /// name one class only, are warnings.
-Dataset csv_dataset(const std::string& path, const std::string& label);
+Dataset csv_dataset(const std::string& path, const std::string& label, bool regression = false);
 
 /// Data to test or predict on: every sample, in order.
 struct HeldOut {
   at::Tensor inputs;   ///< [N, ...]
-  at::Tensor targets;  ///< [N] class indices; undefined for a CSV file without labels
+  at::Tensor targets;  ///< [N] class indices, [N, 1] values to regress; undefined without labels
   std::vector<std::string> feature_names;  ///< a CSV file's feature columns, in order
   std::string description;                 ///< one line for the log
 };
@@ -51,7 +54,8 @@ struct HeldOut {
 /// The data of `spec` to test or predict on: synthetic: its held-out split; mnist:DIR: the t10k
 /// files; csv:FILE[:LABEL]: every row of the file, the label column optional unless
 /// `labels_required` (a test). Errors as load_dataset's.
-HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required);
+HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required,
+                      bool regression = false);
 
 /// load_held_out for the flag `flag` (--test, --predict), checked against the data the model is
 /// made for: samples of another shape, or labels past its classes, are a DataError naming both.

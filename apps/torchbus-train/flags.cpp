@@ -132,6 +132,11 @@ void describe_training_flags(CLI::App& app, Flags& flags) {
       "--data", flags.data,
       "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
       "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
+  app.add_option("--task", flags.task,
+                 "classification (cross entropy, accuracy: labels are class indices) | regression "
+                 "(one output, MSE loss, MSE/MAE/R² reported: a CSV label column of any numbers; "
+                 "synthetic and MNIST regress the class index)")
+      ->check(CLI::IsMember({"classification", "regression"}));
   app.add_option("--test", flags.test,
                  "after training, test on DATA (a --data source: synthetic and mnist:DIR test on "
                  "their held-out samples, csv:FILE[:LABEL] on every row): test_loss and "

@@ -21,6 +21,7 @@ namespace train {
 /// Every flag of torchbus-train, with its default.
 struct Flags {
   std::string data = "synthetic";
+  std::string task = "classification";  // or "regression"
   std::string model = "auto";
   std::vector<std::int64_t> hidden = {128, 64};
   bool hidden_given = false;  // --hidden was on the command line

@@ -25,7 +25,7 @@ torchbus::LRFinderResult find_lr(const Flags& flags, const Dataset& data,
   }
   const torchbus::LRFinderOptions options;
   auto optimizer = make_optimizer(flags, model->parameters());
-  torchbus::Trainer trainer(model, *optimizer, classification_loss,
+  torchbus::Trainer trainer(model, *optimizer, loss_of(flags),
                             torchbus::TrainerOptions()
                                 .max_epochs(-1)
                                 .max_steps(options.num_steps())

@@ -88,7 +88,7 @@ SetUp set_up(Flags& flags, const torchbus::ProcessGroup& group) {
                            flags.threads > 0 ? "--threads" : "the libraries' default",
                            train::describe_blas());
   torch::manual_seed(flags.seed);
-  run.data = train::load_dataset(flags.data, flags.seed);
+  run.data = train::load_dataset(flags.data, flags.seed, flags.task == "regression");
   train::check_shardable(flags, run.data, world_size);
   const auto planned = train::rank_batches(flags, run.data, group, run.device.device);
   train::check_batch_limits(flags, planned);
@@ -225,8 +225,12 @@ train::ValidationResult test_trained(Training& training) {
   train::ValidationResult result;
   result.loss = training.trainer.test_source(batches);
   result.accuracy = train::latest_or_nan(training.trainer.state().metrics, "test_accuracy");
-  torchbus::logger()->info("test on {}: loss {:.4f} accuracy {:.3f}", data.description, result.loss,
-                           result.accuracy);
+  const auto& metrics = training.trainer.state().metrics;
+  torchbus::logger()->info(
+      "test on {}: loss {:.4f} {}", data.description, result.loss,
+      flags.task == "regression"
+          ? fmt::format("mae {:.4f}", train::latest_or_nan(metrics, "test_mae"))
+          : fmt::format("accuracy {:.3f}", result.accuracy));
   return result;
 }
 
@@ -306,8 +310,11 @@ int train_and_summarize(Training& training) {
   const auto disabled = std::count_if(failures.begin(), failures.end(),
                                       [](const auto& failure) { return failure.disabled; });
   log->info(
-      "done in {:.1f} s: {} steps, val accuracy {:.3f}, {}{}{}", end.seconds, state.step,
-      final_validation(end.average_validation).accuracy, end.stop_reason,
+      "done in {:.1f} s: {} steps, {}, {}{}{}", end.seconds, state.step,
+      training.flags.task == "regression"
+          ? fmt::format("val mae {:.4f}", train::latest_or_nan(state.metrics, "val_mae"))
+          : fmt::format("val accuracy {:.3f}", final_validation(end.average_validation).accuracy),
+      end.stop_reason,
       disabled == 0 ? std::string()
                     : fmt::format("; {} subscriber(s) disabled after they threw (listed "
                                   "above and in summary.json)",
@@ -365,13 +372,13 @@ int run(Flags flags) {
   }
   auto optimizer = train::make_optimizer(flags, run.model->parameters());
   torchbus::Trainer trainer(
-      run.model, *optimizer, train::classification_loss,
+      run.model, *optimizer, train::loss_of(flags),
       train::trainer_options(flags, run.device.device).run_identity(run.identity));
   trainer.set_process_group(group);  // the log lines of a world of several name their rank
   if (resuming) trainer.resume_from(resume_from);
   log_run(flags, run, resuming, allocator);
   auto batches = train::rank_batches(flags, run.data, *group, run.device.device);
-  trainer.add(std::make_shared<train::Accuracy>());
+  train::add_task_metrics(trainer, flags);
   Training training{trainer, flags, run, batches, group, nullptr, nullptr, {}, writes_outputs};
   training.segments = std::make_shared<train::RunSegments>(
       train::RunSegment{0, world_size, flags.batch_size, flags.accumulate});

@@ -20,12 +20,19 @@ int predict(const Flags& flags, const torch::nn::Sequential& model, const HeldOu
             const std::shared_ptr<torchbus::ProcessGroup>& group, const c10::Device& device) {
   namespace fs = std::filesystem;
   auto optimizer = make_optimizer(flags, model->parameters());  // a trainer needs one; unused
-  torchbus::Trainer trainer(model, *optimizer, classification_loss,
+  torchbus::Trainer trainer(model, *optimizer, loss_of(flags),
                             trainer_options(flags, device).use_registered_subscriptions(false));
   trainer.set_process_group(group);
-  trainer.set_predict_step([](torchbus::Trainer& self, torchbus::Batch& batch) {
-    const auto logits = self.forward(batch.data);
-    torchbus::Output output{{"class", logits.argmax(1)}, {"probability", logits.softmax(1)}};
+  const bool regression = flags.task == "regression";
+  trainer.set_predict_step([regression](torchbus::Trainer& self, torchbus::Batch& batch) {
+    const auto predicted = self.forward(batch.data);
+    torchbus::Output output;
+    if (regression) {  // the value, and the true one
+      output.set("prediction", predicted.squeeze(1));
+      if (batch.target.defined()) output.set("label", batch.target.squeeze(1));
+      return output;
+    }
+    output.set("class", predicted.argmax(1)).set("probability", predicted.softmax(1));
     if (batch.target.defined()) output.set("label", batch.target);
     return output;
   });
@@ -37,7 +44,8 @@ int predict(const Flags& flags, const torch::nn::Sequential& model, const HeldOu
     }
   });
   const bool labelled = data.targets.defined();
-  std::vector<std::string> outputs{"class", "probability"};
+  std::vector<std::string> outputs = regression ? std::vector<std::string>{"prediction"}
+                                                : std::vector<std::string>{"class", "probability"};
   if (labelled) outputs.emplace_back("label");
   const auto path = fs::path(flags.out) / "predictions.csv";
   trainer.add(std::make_shared<torchbus::PredictionWriter>(

@@ -70,6 +70,13 @@ void subscribe_run(torchbus::Trainer& trainer, std::int64_t& samples) {
   stop_at_signals(trainer);
   trainer.on(torchbus::Event::EpochEnd, [](torchbus::State& s) {
     if (s.error || s.rank != 0) return;  // the failure is reported instead; rank 0 speaks for all
+    if (!s.metrics.contains("train_accuracy") && s.metrics.contains("val_mae")) {  // regression
+      torchbus::logger()->info("epoch {} ended: train loss {:.4f} | val loss {:.4f} mae {:.4f}",
+                               s.epoch + 1, latest_or_nan(s.metrics, "train_loss_epoch"),
+                               latest_or_nan(s.metrics, "val_loss"),
+                               latest_or_nan(s.metrics, "val_mae"));
+      return;
+    }
     torchbus::logger()->info(
         "epoch {} ended: train loss {:.4f} accuracy {:.3f} | val loss {:.4f} accuracy {:.3f}",
         s.epoch + 1, latest_or_nan(s.metrics, "train_loss_epoch"),

@@ -26,6 +26,7 @@ std::string canonical_data(const std::string& spec) {
 
 JsonObject describe_run(const Flags& flags, bool cnn) {
   return {{"data", flags.data},
+          {"task", flags.task},
           {"model", flags.model},
           {"hidden", cnn ? JsonObject() : JsonObject(flags.hidden)},
           {"epochs", flags.epochs},
@@ -74,6 +75,7 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size,
       flags.precision, flags.channels_last ? 1 : 0,
       global ? std::string() : fmt::format("world_size={}\n", world_size));
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
+  if (flags.task != "classification") identity += fmt::format("task={}\n", flags.task);
   if (!flags.accumulate_schedule.empty()) {
     identity += fmt::format("accumulate_schedule={}\n",
                             schedule_text(*parse_accumulation_schedule(flags.accumulate_schedule)));

@@ -1,7 +1,10 @@
 #include "run_setup.hpp"
 
+#include "accuracy.hpp"
 #include "exit_status.hpp"
 #include "model.hpp"
+
+#include <torchbus/callbacks/regression_metrics.hpp>
 
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
@@ -91,6 +94,22 @@ torch::nn::Sequential make_model(const Flags& flags, const Dataset& data) {
 
 at::Tensor classification_loss(const at::Tensor& output, const at::Tensor& target) {
   return torch::nn::functional::cross_entropy(output, target);
+}
+
+at::Tensor regression_loss(const at::Tensor& output, const at::Tensor& target) {
+  return torch::mse_loss(output, target);
+}
+
+torchbus::Trainer::LossFunction loss_of(const Flags& flags) {
+  return flags.task == "regression" ? regression_loss : classification_loss;
+}
+
+void add_task_metrics(torchbus::Trainer& trainer, const Flags& flags) {
+  if (flags.task == "regression") {
+    trainer.add(std::make_shared<torchbus::RegressionMetrics>());
+  } else {
+    trainer.add(std::make_shared<Accuracy>());
+  }
 }
 
 torchbus::TrainerOptions trainer_options(const Flags& flags, const c10::Device& device) {

@@ -24,8 +24,15 @@ bool uses_cnn(const Flags& flags, const Dataset& data);
 /// The network --model and --hidden describe for `data`. One that does not fit the data is a
 /// UsageError or DataError naming why, one larger than this machine's memory too.
 torch::nn::Sequential make_model(const Flags& flags, const Dataset& data);
-/// The loss of every trainer of the run: cross entropy of the logits against the class indices.
+/// The loss of a classification: cross entropy of the logits against the class indices.
 at::Tensor classification_loss(const at::Tensor& output, const at::Tensor& target);
+/// The loss of a regression: the mean squared error of the outputs [N, 1] against the values.
+at::Tensor regression_loss(const at::Tensor& output, const at::Tensor& target);
+/// The loss of every trainer of the run, by --task.
+torchbus::Trainer::LossFunction loss_of(const Flags& flags);
+/// The metrics of every evaluation of the run, by --task: the accuracy (train_ and val_ or test_
+/// accuracy), or RegressionMetrics (val_mse, val_mae, val_rmse, val_r2, ...).
+void add_task_metrics(torchbus::Trainer& trainer, const Flags& flags);
 /// The trainer's options as the flags give them (the run's identity is set once OUT is read).
 torchbus::TrainerOptions trainer_options(const Flags& flags, const c10::Device& device);
 

@@ -64,6 +64,17 @@ void write_training_summary(const std::filesystem::path& path, const TrainingSum
     json["test_loss"] = *summary.test_loss;
     json["test_accuracy"] = summary.test_accuracy.value_or(std::nan(""));
   }
+  // A regression's figures (RegressionMetrics'), of the last validation and of the test.
+  for (const char* name : {"val_mse", "val_mae", "val_r2"}) {
+    if (state.metrics.contains(name)) {
+      json[std::string("final_") + name] = state.metrics.latest(name).value;
+    }
+  }
+  for (const char* name : {"test_mse", "test_mae", "test_r2"}) {
+    if (summary.test_loss && state.metrics.contains(name)) {
+      json[name] = state.metrics.latest(name).value;
+    }
+  }
   auto failures = JsonObject::array();
   for (const auto& failure : trainer.bus().subscriber_failures()) {
     failures.push_back({{"subscriber", failure.subscriber},

@@ -51,10 +51,10 @@ ValidationResult validate_final_weights(const Flags& flags, const torch::nn::Seq
                                         const std::shared_ptr<torchbus::ProcessGroup>& group,
                                         const c10::Device& device) {
   auto optimizer = make_optimizer(flags, model->parameters());  // a trainer needs one; unused
-  torchbus::Trainer trainer(model, *optimizer, classification_loss,
+  torchbus::Trainer trainer(model, *optimizer, loss_of(flags),
                             trainer_options(flags, device).use_registered_subscriptions(false));
   trainer.set_process_group(group);
-  trainer.add(std::make_shared<Accuracy>());
+  add_task_metrics(trainer, flags);
   ValidationResult result;
   result.loss = trainer.evaluate_source(validation);
   result.accuracy = latest_or_nan(trainer.state().metrics, "val_accuracy");

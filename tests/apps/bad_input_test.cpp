@@ -114,6 +114,7 @@ BOOST_AUTO_TEST_CASE(bad_flag_values_are_usage_errors_naming_the_flag_and_its_ra
       {"--lr ' 0.1'", "--lr", "got ' 0.1'"},
       {"--epochs ' 2'", "--epochs", ">= 1, got ' 2'"},
       {"--init-from ''", "--init-from", "expected a state_dict file, got ''"},
+      {"--task ranking", "--task", "ranking not in {classification,regression}"},
   };
   for (const auto& c : cases) {
     const auto result = run_briefly(c.arguments + " --out " + out.string());

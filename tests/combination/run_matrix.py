@@ -44,13 +44,15 @@ faults/world_size_change SIGKILLs a run of 2 ranks at a random step and resumes 
 on 3 with the same global batch (the uninterrupted run's steps and validation loss, both
 segments in the summary), and on 3 ranks of another global batch (exit 1 naming it).
 
-The stage cells stages/synthetic, stages/cnn and stages/csv train a run of the data source with
---test (the data's held-out samples; the CSV file's every row): exit 0, finite test_loss and
-test_accuracy in summary.json, one `test` row in metrics.csv; then --predict the same data with its
-model.pt, on one rank and on two (mpirun): one row per sample, indices 0..N-1 in order, the same
-rows on both, probabilities summing to 1, and the accuracy of the predicted classes against the
-labels equal to test_accuracy; and --predict with the weights of another network: exit 2 naming
-the mismatch, no predictions.csv.
+The stage cells stages/synthetic, stages/cnn, stages/csv (classification) and
+stages/synthetic_regression, stages/csv_regression (--task regression) train a run of the data
+source with --test (the data's held-out samples; the CSV file's every row): exit 0, finite
+test_loss and test_accuracy (regression: test_mse equal to test_loss, test_mae) in summary.json,
+one `test` row in metrics.csv; then --predict the same data with its model.pt, on one rank and on
+two (mpirun): one row per sample, indices 0..N-1 in order, the same rows on both, probabilities
+summing to 1 and the accuracy of the predicted classes against the labels equal to test_accuracy
+(regression: the mean squared error of the predictions equal to test_mse); and --predict with the
+weights of another network: exit 2 naming the mismatch, no predictions.csv.
 
 With --gan EXAMPLE (examples/gan.cpp: two optimizer phases, a checkpoint every 16 steps), the
 cell examples/gan_sigkill runs it to the end once, then SIGKILLs another run of it once the
@@ -958,7 +960,14 @@ class Matrix:
 # ----------------------------------------------------------------------------------------------
 # Stages: --test after training and --predict with its weights, on each data source.
 
-STAGE_TEST = {"synthetic": "synthetic", "cnn": "mnist:{idx}", "csv": "csv:{csv}"}
+# cell name: (data source, its --test/--predict spec, --task)
+STAGES = {
+    "synthetic": ("synthetic", "synthetic", "classification"),
+    "cnn": ("cnn", "mnist:{idx}", "classification"),
+    "csv": ("csv", "csv:{csv}", "classification"),
+    "synthetic_regression": ("synthetic", "synthetic", "regression"),
+    "csv_regression": ("csv", "csv:{csv}", "regression"),
+}
 
 
 def read_predictions(path):
@@ -970,22 +979,33 @@ class Stages:
     def __init__(self, matrix):
         self.matrix = matrix
 
-    def run_cell(self, data):
+    def run_cell(self, name):
         matrix = self.matrix
-        cell = "stages/" + data
+        cell = "stages/" + name
+        data, spec, task = STAGES[name]
+        regression = task == "regression"
         checks = Checks(matrix.runner, [])
         out = matrix.cell_dir(cell, "train")
         shutil.rmtree(out, ignore_errors=True)
-        test = STAGE_TEST[data].format(**matrix.files)
+        test = spec.format(**matrix.files)
         run = matrix.runner.run(matrix.flags(data, "epoch", "epoch", out, epochs=1) +
-                                ["--test", test])
+                                ["--test", test, "--task", task])
         if not checks.exit_code(run, 0, "train --test"):
             return checks.problems, ""
         summary = read_summary(out)
         loss, accuracy = summary.get("test_loss"), summary.get("test_accuracy")
+        mse = summary.get("test_mse")
         if not (isinstance(loss, float) and math.isfinite(loss)):
             checks.fail("summary.json test_loss %s is not a finite number" % json.dumps(loss))
-        if not (isinstance(accuracy, float) and 0.0 <= accuracy <= 1.0):
+        if regression:
+            # RegressionMetrics' MSE (float64 sums) is the mean loss per sample (float32 losses).
+            if not (isinstance(mse, float) and isinstance(loss, float)
+                    and math.isclose(mse, loss, rel_tol=1e-5)):
+                checks.fail("summary.json test_mse %s is not test_loss %s"
+                            % (json.dumps(mse), json.dumps(loss)))
+            if not isinstance(summary.get("test_mae"), float):
+                checks.fail("summary.json has no test_mae")
+        elif not (isinstance(accuracy, float) and 0.0 <= accuracy <= 1.0):
             checks.fail("summary.json test_accuracy %s is not in [0, 1]" % json.dumps(accuracy))
         with open(os.path.join(out, "metrics.csv"), newline="") as file:
             rows = [row for row in csv.DictReader(file) if row["kind"] == "test"]
@@ -998,7 +1018,7 @@ class Stages:
             where = matrix.cell_dir(cell, "predict%d" % ranks)
             shutil.rmtree(where, ignore_errors=True)
             flags = [f.format(**matrix.files) for f in DATA[data][0]] + COMMON + [
-                "--predict", test, "--weights", weights, "--out", where]
+                "--task", task, "--predict", test, "--weights", weights, "--out", where]
             if ranks == 1:
                 run = matrix.runner.run(flags)
             else:
@@ -1014,25 +1034,37 @@ class Stages:
         if one is not None:
             if [int(row["index"]) for row in one] != list(range(len(one))):
                 checks.fail("predictions.csv: indices are not 0..%d in order" % (len(one) - 1))
-            classes = [key for key in one[0] if key.startswith("probability_")]
-            if any(abs(sum(float(row[key]) for key in classes) - 1.0) > 1e-5 for row in one):
-                checks.fail("predictions.csv: probabilities that do not sum to 1")
-            hits = sum(row["class"] == row["label"] for row in one) / len(one)
-            if accuracy is not None and hits != accuracy:
-                checks.fail("predictions.csv: classes right for %r of the samples, test_accuracy "
-                            "%r" % (hits, accuracy))
             two = predicted.get(2)
-            if two is not None and [(r["index"], r["class"], r["label"]) for r in two] != [
-                    (r["index"], r["class"], r["label"]) for r in one]:
-                checks.fail("predictions.csv on two ranks differs from one rank's (%d vs %d rows)"
-                            % (len(two), len(one)))
+            if regression:
+                squared = sum((float(r["prediction"]) - float(r["label"])) ** 2 for r in one)
+                if mse is not None and not math.isclose(squared / len(one), mse, rel_tol=1e-4):
+                    checks.fail("predictions.csv: mean squared error %r, test_mse %r"
+                                % (squared / len(one), mse))
+                if two is not None and (
+                        [(r["index"], r["label"]) for r in two] !=
+                        [(r["index"], r["label"]) for r in one]
+                        or any(abs(float(a["prediction"]) - float(b["prediction"])) > 1e-4
+                               for a, b in zip(one, two))):
+                    checks.fail("predictions.csv on two ranks differs from one rank's")
+            else:
+                classes = [key for key in one[0] if key.startswith("probability_")]
+                if any(abs(sum(float(row[key]) for key in classes) - 1.0) > 1e-5 for row in one):
+                    checks.fail("predictions.csv: probabilities that do not sum to 1")
+                hits = sum(row["class"] == row["label"] for row in one) / len(one)
+                if accuracy is not None and hits != accuracy:
+                    checks.fail("predictions.csv: classes right for %r of the samples, "
+                                "test_accuracy %r" % (hits, accuracy))
+                if two is not None and [(r["index"], r["class"], r["label"]) for r in two] != [
+                        (r["index"], r["class"], r["label"]) for r in one]:
+                    checks.fail("predictions.csv on two ranks differs from one rank's (%d vs %d "
+                                "rows)" % (len(two), len(one)))
         # Weights of another network: exit 2 naming the mismatch, nothing written.
         wrong = matrix.cell_dir(cell, "wrong")
         shutil.rmtree(wrong, ignore_errors=True)
         network = [f.format(**matrix.files) for f in DATA[data][0]]
         if data == "cnn":  # an MLP on the images instead of the CNN
             network[network.index("cnn")] = "mlp"
-        run = matrix.runner.run(network + ["--hidden", "5"] + COMMON +
+        run = matrix.runner.run(network + ["--hidden", "5", "--task", task] + COMMON +
                                 ["--predict", test, "--weights", weights, "--out", wrong])
         if checks.exit_code(run, 2, "--predict with another network's weights"):
             if "mismatch" not in run.stderr and "missing" not in run.stderr:
@@ -1635,7 +1667,7 @@ def main():
                 parser.error("--%s: unknown %s; expected %s" % (axis, ", ".join(unknown),
                                                                   ", ".join(names)))
             cells = [c for c in cells if c.split("/")[index] in chosen]
-    fault_cells = (["stages/" + name for name in DATA] + ["faults/" + name for name in FAULTS] +
+    fault_cells = (["stages/" + name for name in STAGES] + ["faults/" + name for name in FAULTS] +
                    ([GAN_CELL] if options.gan else []))
     if options.cell:
         unknown = [c for c in options.cell if c not in all_cells() + fault_cells]

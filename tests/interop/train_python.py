@@ -200,6 +200,32 @@ def main():
                  "--predict of new.csv (no labels) gives Python's classes: %s vs %s"
                  % ([row["class"] for row in predicted], expected))
 
+    # A regression on the same CSV file: the label column's numbers as the target.
+    result = subprocess.run(command + ["--task", "regression", "--epochs", "2", "--overwrite",
+                                       "--out", "runs/regression", "--test", "csv:train.csv"],
+                            capture_output=True, text=True, timeout=300)
+    checks.check(result.returncode == 0, "a regression run trains: " + result.stdout[-2000:])
+    regressed = summary("runs/regression/summary.json")
+    checks.check(close(regressed.get("test_mse"), regressed.get("test_loss"))
+                 and regressed.get("test_mae") is not None,
+                 "the regression's summary has test_mse (= test_loss) and test_mae: %s"
+                 % {key: regressed.get(key) for key in ("test_loss", "test_mse", "test_mae")})
+    result = subprocess.run(command + ["--task", "regression", "--predict", "csv:new.csv",
+                                       "--weights", "runs/regression/model.pt", "--out",
+                                       "runs/regression_predict"],
+                            capture_output=True, text=True, timeout=300)
+    checks.check(result.returncode == 0, "--predict of a regression runs: " + result.stdout[-2000:])
+    values = list(csv.DictReader(open("runs/regression_predict/predictions.csv")))
+    regression_model = namespace["torchbus_mlp"](3, hidden=[8], classes=1)
+    regression_model.load_state_dict(torch.load("runs/regression/model.pt"), strict=True)
+    with torch.no_grad():
+        expected_values = regression_model(table).squeeze(1).tolist()
+    checks.check(len(values) == len(expected_values)
+                 and all(abs(float(row["prediction"]) - value) <= 1e-5 * max(1.0, abs(value))
+                         for row, value in zip(values, expected_values)),
+                 "--predict of a regression gives Python's MLP values: %s vs %s"
+                 % ([row["prediction"] for row in values], expected_values))
+
     # Python -> C++: weights initialised in Python, validated and trained by torchbus-train.
     exec(blocks["initialise"], namespace)
     mlp = namespace["mlp"]
