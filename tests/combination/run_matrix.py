@@ -45,7 +45,7 @@ on 3 with the same global batch (the uninterrupted run's steps and validation lo
 segments in the summary), and on 3 ranks of another global batch (exit 1 naming it).
 
 The stage cells stages/synthetic, stages/cnn, stages/csv (classification) and
-stages/synthetic_regression, stages/csv_regression (--task regression) train a run of the data
+stages/synthetic_regression, stages/cnn_regression, stages/csv_regression (--task regression) train a run of the data
 source with --test (the data's held-out samples; the CSV file's every row): exit 0, finite
 test_loss and test_accuracy (regression: test_mse equal to test_loss, test_mae) in summary.json,
 one `test` row in metrics.csv; then --predict the same data with its model.pt, on one rank and on
@@ -966,6 +966,7 @@ STAGES = {
     "cnn": ("cnn", "mnist:{idx}", "classification"),
     "csv": ("csv", "csv:{csv}", "classification"),
     "synthetic_regression": ("synthetic", "synthetic", "regression"),
+    "cnn_regression": ("cnn", "mnist:{idx}", "regression"),
     "csv_regression": ("csv", "csv:{csv}", "regression"),
 }
 
