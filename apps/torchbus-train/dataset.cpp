@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace train {
@@ -361,6 +362,21 @@ CsvTable read_csv_table(const std::string& path, const std::string& label, bool 
   return table;
 }
 
+/// The file and the label column of a "csv:FILE[:LABEL]" spec (`rest`: what follows "csv:"); the
+/// label defaults to "label". A ConfigError for no file, or an empty LABEL, naming `flag` ("--data
+/// "; "" where the caller names the flag).
+std::pair<std::string, std::string> csv_file_and_label(const std::string& flag,
+                                                       const std::string& spec,
+                                                       const std::string& rest) {
+  TORCHBUS_CHECK(!rest.empty(), ConfigError, flag, "csv needs a file: csv:FILE[:LABEL]");
+  const auto label_colon = rest.rfind(':');
+  if (label_colon == std::string::npos) return {rest, "label"};
+  TORCHBUS_CHECK(label_colon + 1 < rest.size(), ConfigError, flag, "'", spec,
+                 "' names no label column after its last ':'; expected csv:FILE:LABEL, or "
+                 "csv:FILE for the column 'label'");
+  return {rest.substr(0, label_colon), rest.substr(label_colon + 1)};
+}
+
 /// `dataset` (classes of the built-in set or MNIST) as a regression of the class index.
 Dataset as_regression(Dataset dataset) {
   dataset.train_targets = dataset.train_targets.to(torch::kFloat).unsqueeze(1);
@@ -419,13 +435,8 @@ Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regressio
     return regression ? as_regression(mnist_dataset(rest)) : mnist_dataset(rest);
   }
   if (kind == "csv") {
-    TORCHBUS_CHECK(!rest.empty(), ConfigError, "--data csv needs a file: csv:FILE[:LABEL]");
-    const auto label_colon = rest.rfind(':');
-    if (label_colon == std::string::npos) return csv_dataset(rest, "label", regression);
-    TORCHBUS_CHECK(label_colon + 1 < rest.size(), ConfigError, "--data '", spec,
-                   "' names no label column after its last ':'; expected csv:FILE:LABEL, or "
-                   "csv:FILE for the column 'label'");
-    return csv_dataset(rest.substr(0, label_colon), rest.substr(label_colon + 1), regression);
+    const auto [path, label] = csv_file_and_label("--data ", spec, rest);
+    return csv_dataset(path, label, regression);
   }
   throw ConfigError(concat("--data '", spec,
                            "' is not a data source; expected synthetic, mnist:DIR or "
@@ -439,16 +450,7 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
   HeldOut held_out;
   if (kind == "csv" && colon != std::string::npos) {
     // Every row of the file, with its labels when it has the label column.
-    const auto rest = spec.substr(colon + 1);
-    TORCHBUS_CHECK(!rest.empty(), ConfigError, "csv needs a file: csv:FILE[:LABEL]");
-    const auto label_colon = rest.rfind(':');
-    TORCHBUS_CHECK(label_colon == std::string::npos || label_colon + 1 < rest.size(), ConfigError,
-                   "'", spec,
-                   "' names no label column after its last ':'; expected "
-                   "csv:FILE:LABEL, or csv:FILE for the column 'label'");
-    const bool named = label_colon != std::string::npos;
-    const auto path = named ? rest.substr(0, label_colon) : rest;
-    const auto label = named ? rest.substr(label_colon + 1) : std::string("label");
+    const auto [path, label] = csv_file_and_label("", spec, spec.substr(colon + 1));
     auto table = read_csv_table(path, label, labels_required, regression);
     TORCHBUS_CHECK(table.rows >= 1, DataError, "CSV: '", path, "' has no data rows");
     held_out.inputs =
