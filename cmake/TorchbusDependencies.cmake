@@ -95,6 +95,14 @@ if(TORCHBUS_BUILD_EXAMPLES OR TORCHBUS_BUILD_TESTS)
   find_package(OpenSSL REQUIRED)  # libcrypto: SHA-256 of torchbus-train's final parameters
   find_package(nlohmann_json 3 REQUIRED)  # summary.json, the tests' reference programs
 endif()
+if(TORCHBUS_BUILD_EXAMPLES)
+  # libcsv (Debian's libcsv-dev, no CMake package): torchbus-train's CSV files, per RFC 4180
+  find_path(LIBCSV_INCLUDE_DIR csv.h REQUIRED)
+  find_library(LIBCSV_LIBRARY csv REQUIRED)
+  add_library(torchbus_libcsv INTERFACE)
+  target_include_directories(torchbus_libcsv SYSTEM INTERFACE ${LIBCSV_INCLUDE_DIR})
+  target_link_libraries(torchbus_libcsv INTERFACE ${LIBCSV_LIBRARY})
+endif()
 if(TORCHBUS_BUILD_BENCHMARKS)
   find_package(benchmark REQUIRED)
 endif()

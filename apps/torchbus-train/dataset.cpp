@@ -1,5 +1,7 @@
 #include "dataset.hpp"
 
+#include "csv_records.hpp"
+
 #include <torchbus/error.hpp>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -190,15 +191,6 @@ Dataset mnist_dataset(const std::string& directory) {
 
 namespace {
 
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> cells;
-  std::stringstream stream(line);
-  std::string cell;
-  while (std::getline(stream, cell, ',')) cells.push_back(cell);
-  if (!line.empty() && line.back() == ',') cells.emplace_back();
-  return cells;
-}
-
 std::string trim(std::string text) {
   const auto first = text.find_first_not_of(" \t\r");
   const auto last = text.find_last_not_of(" \t\r");
@@ -273,88 +265,94 @@ struct CsvTable {
   std::vector<std::string> feature_names;  // the header's other columns, in order
 };
 
-/// Reads `path`: a header row, then numeric cells; the column `label` holds class indices. Without
-/// that column the file is a DataError when `label_required`, else every column is a feature.
-CsvTable read_csv_table(const std::string& path, const std::string& label, bool label_required,
-                        bool regression) {
-  regular_file_size(path, "CSV", "a CSV file");
-  errno = 0;
-  std::ifstream in(path);
-  TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'", reason_of_errno());
-  std::int64_t row = 0;  // 1-based number of the line read last
-  std::string line;
-  // Reads the next line; false at the end of the file, a DataError when reading fails.
-  const auto read_line = [&] {
-    errno = 0;
-    const bool read = static_cast<bool>(std::getline(in, line));
-    TORCHBUS_CHECK(!in.bad(), DataError, "CSV: reading '", path, "' failed after line ", row,
-                   reason_of_errno());
-    row += read ? 1 : 0;
-    return read;
-  };
-  // The header is the first line that is not blank.
-  bool has_header = read_line();
-  // A UTF-8 byte order mark (as spreadsheets write one) is not part of the first name.
-  constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
-  if (line.compare(0, kByteOrderMark.size(), kByteOrderMark) == 0) {
-    line.erase(0, kByteOrderMark.size());
-  }
-  while (has_header && trim(line).empty()) has_header = read_line();
-  TORCHBUS_CHECK(has_header, DataError, "CSV: '", path, "' is empty; expected a header row");
-  auto header = split_csv_line(line);
+/// The trimmed column names of `cells`, a CSV file's header: each named, each once, `label` among
+/// them when `label_required`, and a feature column besides it.
+std::vector<std::string> read_csv_header(const std::string& path, std::vector<std::string> cells,
+                                         const std::string& label, bool label_required,
+                                         char delimiter) {
   std::unordered_map<std::string, std::size_t> column_of_name;
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    header[i] = trim(header[i]);
-    TORCHBUS_CHECK(!header[i].empty(), DataError, "CSV: '", path, "' column ", i + 1,
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    cells[i] = trim(cells[i]);
+    TORCHBUS_CHECK(!cells[i].empty(), DataError, "CSV: '", path, "' column ", i + 1,
                    " has no name; expected a name for every column (pandas' to_csv writes its "
                    "index as such a column unless given index=False)");
-    const auto [first, added] = column_of_name.emplace(header[i], i);
+    const auto [first, added] = column_of_name.emplace(cells[i], i);
     TORCHBUS_CHECK(added, DataError, "CSV: '", path, "' names column ", first->second + 1,
-                   " and column ", i + 1, " '", excerpt(header[i]),
+                   " and column ", i + 1, " '", excerpt(cells[i]),
                    "'; expected a different name for every column");
   }
-  const auto label_entry = column_of_name.find(label);
-  TORCHBUS_CHECK(label_entry != column_of_name.end() || !label_required, DataError, "CSV: '", path,
-                 "' has no column '", label,
-                 "'; its columns are: ", excerpt(torchbus::detail::join_or_none(header), 200));
-  CsvTable table;
-  table.labelled = label_entry != column_of_name.end();
-  const auto label_column = table.labelled ? label_entry->second : header.size();
-  TORCHBUS_CHECK(header.size() >= (table.labelled ? 2u : 1u), DataError, "CSV: '", path,
-                 "' needs at least one feature column besides the label");
-  auto& features = table.features;
-  auto& labels = table.labels;
-  while (read_line()) {
-    if (trim(line).empty()) continue;
-    const auto cells = split_csv_line(line);
-    TORCHBUS_CHECK(cells.size() == header.size(), DataError, "CSV: ", path, " row ", row, " has ",
-                   cells.size(), " cells; expected ", header.size(), " as in the header");
-    for (std::size_t column = 0; column < cells.size(); ++column) {
-      const auto text = trim(cells[column]);
-      double value = 0.0;
-      TORCHBUS_CHECK(read_number(text, value), DataError, "CSV: ", path, " row ", row, " column '",
-                     excerpt(header[column]), "': '", excerpt(text), "' is not a number");
-      if (column == label_column && regression) {
-        TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
-                       " column '", excerpt(header[column]), "': target '", excerpt(text),
-                       "' is not a finite float32 number (magnitude at most 3.4028235e38)");
-        table.values.push_back(static_cast<float>(value));
-      } else if (column == label_column) {
-        TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
-                           value == static_cast<double>(static_cast<std::int64_t>(value)),
-                       DataError, "CSV: ", path, " row ", row, " column '", excerpt(header[column]),
-                       "': label '", excerpt(text), "' is not a class index (an integer from 0 to ",
-                       kMaxLabel - 1, ")");
-        labels.push_back(static_cast<std::int64_t>(value));
-      } else {
-        TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
-                       " column '", excerpt(header[column]), "': '", excerpt(text),
-                       "' is not a finite float32 number (magnitude at most 3.4028235e38)");
-        features.push_back(static_cast<float>(value));
-      }
+  const bool labelled = column_of_name.count(label) != 0;
+  TORCHBUS_CHECK(labelled || !label_required, DataError, "CSV: '", path, "' has no column '", label,
+                 "'; its columns are: ", excerpt(torchbus::detail::join_or_none(cells), 200),
+                 csv_delimiter_hint(cells, delimiter));
+  TORCHBUS_CHECK(cells.size() >= (labelled ? 2u : 1u), DataError, "CSV: '", path,
+                 "' needs at least one feature column besides the label",
+                 csv_delimiter_hint(cells, delimiter));
+  return cells;
+}
+
+/// Adds the numeric cells of `record`, a data row, to `table`: features, and the label column's
+/// class index (or value to regress, with `regression`).
+void add_csv_row(const std::string& path, const std::vector<std::string>& header,
+                 std::size_t label_column, bool regression, const CsvRecord& record,
+                 CsvTable& table) {
+  const auto& cells = record.cells;
+  const auto row = record.line;
+  TORCHBUS_CHECK(cells.size() == header.size(), DataError, "CSV: ", path, " row ", row, " has ",
+                 cells.size(), " cells; expected ", header.size(), " as in the header");
+  for (std::size_t column = 0; column < cells.size(); ++column) {
+    const auto text = trim(cells[column]);
+    double value = 0.0;
+    TORCHBUS_CHECK(read_number(text, value), DataError, "CSV: ", path, " row ", row, " column '",
+                   excerpt(header[column]), "': '", excerpt(text), "' is not a number");
+    if (column == label_column && regression) {
+      TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
+                     " column '", excerpt(header[column]), "': target '", excerpt(text),
+                     "' is not a finite float32 number (magnitude at most 3.4028235e38)");
+      table.values.push_back(static_cast<float>(value));
+    } else if (column == label_column) {
+      TORCHBUS_CHECK(value >= 0 && value < kMaxLabel &&
+                         value == static_cast<double>(static_cast<std::int64_t>(value)),
+                     DataError, "CSV: ", path, " row ", row, " column '", excerpt(header[column]),
+                     "': label '", excerpt(text), "' is not a class index (an integer from 0 to ",
+                     kMaxLabel - 1, ")");
+      table.labels.push_back(static_cast<std::int64_t>(value));
+    } else {
+      TORCHBUS_CHECK(std::abs(value) < kFeatureLimit, DataError, "CSV: ", path, " row ", row,
+                     " column '", excerpt(header[column]), "': '", excerpt(text),
+                     "' is not a finite float32 number (magnitude at most 3.4028235e38)");
+      table.features.push_back(static_cast<float>(value));
     }
-    ++table.rows;
   }
+  ++table.rows;
+}
+
+/// Reads `path`: a header row, then numeric cells, split at `delimiter`; the column `label` holds
+/// class indices. Without that column the file is a DataError when `label_required`, else every
+/// column is a feature.
+CsvTable read_csv_table(const std::string& path, const std::string& label, bool label_required,
+                        bool regression, char delimiter) {
+  regular_file_size(path, "CSV", "a CSV file");
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  TORCHBUS_CHECK(in.good(), DataError, "CSV: cannot open '", path, "'", reason_of_errno());
+  CsvTable table;
+  std::vector<std::string> header;
+  std::size_t label_column = 0;
+  for_each_csv_record(in, path, delimiter, [&](const CsvRecord& record) {
+    // A line of spaces is blank too (Python's csv.reader gives it as one cell).
+    if (record.cells.size() == 1 && trim(record.cells[0]).empty()) return;
+    if (header.empty()) {
+      header = read_csv_header(path, record.cells, label, label_required, delimiter);
+      const auto found = std::find(header.begin(), header.end(), label);
+      table.labelled = found != header.end();
+      label_column =
+          table.labelled ? static_cast<std::size_t>(found - header.begin()) : header.size();
+      return;
+    }
+    add_csv_row(path, header, label_column, regression, record, table);
+  });
+  TORCHBUS_CHECK(!header.empty(), DataError, "CSV: '", path, "' is empty; expected a header row");
   table.columns = static_cast<std::int64_t>(header.size()) - (table.labelled ? 1 : 0);
   for (std::size_t column = 0; column < header.size(); ++column) {
     if (column != label_column) table.feature_names.push_back(header[column]);
@@ -389,8 +387,9 @@ Dataset as_regression(Dataset dataset) {
 
 }  // namespace
 
-Dataset csv_dataset(const std::string& path, const std::string& label, bool regression) {
-  auto table = read_csv_table(path, label, /*label_required=*/true, regression);
+Dataset csv_dataset(const std::string& path, const std::string& label, bool regression,
+                    char delimiter) {
+  auto table = read_csv_table(path, label, /*label_required=*/true, regression, delimiter);
   auto& features = table.features;
   auto& labels = table.labels;
   const auto rows = table.rows;
@@ -422,7 +421,8 @@ Dataset csv_dataset(const std::string& path, const std::string& label, bool regr
   return dataset;
 }
 
-Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression) {
+Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression,
+                     char csv_delimiter) {
   if (spec == "synthetic") {
     auto dataset = synthetic_dataset(8192, 2048, 32, 10, seed);
     return regression ? as_regression(std::move(dataset)) : dataset;
@@ -436,7 +436,7 @@ Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regressio
   }
   if (kind == "csv") {
     const auto [path, label] = csv_file_and_label("--data ", spec, rest);
-    return csv_dataset(path, label, regression);
+    return csv_dataset(path, label, regression, csv_delimiter);
   }
   throw ConfigError(concat("--data '", spec,
                            "' is not a data source; expected synthetic, mnist:DIR or "
@@ -444,14 +444,14 @@ Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regressio
 }
 
 HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required,
-                      bool regression) {
+                      bool regression, char csv_delimiter) {
   const auto colon = spec.find(':');
   const auto kind = spec.substr(0, colon);
   HeldOut held_out;
   if (kind == "csv" && colon != std::string::npos) {
     // Every row of the file, with its labels when it has the label column.
     const auto [path, label] = csv_file_and_label("", spec, spec.substr(colon + 1));
-    auto table = read_csv_table(path, label, labels_required, regression);
+    auto table = read_csv_table(path, label, labels_required, regression, csv_delimiter);
     TORCHBUS_CHECK(table.rows >= 1, DataError, "CSV: '", path, "' has no data rows");
     held_out.inputs =
         torch::from_blob(table.features.data(), {table.rows, table.columns}, torch::kFloat).clone();
@@ -467,7 +467,7 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
     return held_out;
   }
   // The built-in set and MNIST: their validation split (MNIST: the t10k files).
-  const auto data = load_dataset(spec, seed, regression);
+  const auto data = load_dataset(spec, seed, regression, csv_delimiter);
   held_out.inputs = data.validation_inputs;
   held_out.targets = data.validation_targets;
   held_out.description =
@@ -476,10 +476,10 @@ HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_r
 }
 
 HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std::uint64_t seed,
-                          bool labels_required, const Dataset& trained_on) {
+                          bool labels_required, const Dataset& trained_on, char csv_delimiter) {
   HeldOut held_out;
   try {
-    held_out = load_held_out(spec, seed, labels_required, trained_on.regression);
+    held_out = load_held_out(spec, seed, labels_required, trained_on.regression, csv_delimiter);
   } catch (const ConfigError& error) {
     throw ConfigError(concat(flag, " ", spec, ": ", error.what()));
   }
@@ -497,7 +497,8 @@ HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std:
                  torchbus::detail::join_or_none(held_out.feature_names),
                  "; the model was trained on ",
                  torchbus::detail::join_or_none(trained_on.feature_names),
-                 " (in this order); expected the same columns in the same order");
+                 " (in this order); expected the same columns in the same order",
+                 csv_delimiter_hint(held_out.feature_names, csv_delimiter));
   if (!trained_on.regression && held_out.targets.defined() && held_out.targets.numel() > 0) {
     const auto largest = held_out.targets.max().item<std::int64_t>();
     TORCHBUS_CHECK(largest < trained_on.classes, DataError, flag, " ", spec, ": label ", largest,

@@ -23,11 +23,13 @@ struct Dataset {
   std::vector<std::string> warnings;       ///< what the log should warn about
 };
 
-/// Loads `spec`: "synthetic", "mnist:DIR" or "csv:FILE[:LABEL]". A malformed spec throws
+/// Loads `spec`: "synthetic", "mnist:DIR" or "csv:FILE[:LABEL]" (its cells split at
+/// `csv_delimiter`, quoted as RFC 4180 says: csv_records.hpp). A malformed spec throws
 /// torchbus::ConfigError; unreadable or malformed data throws torchbus::DataError naming the file.
 /// With `regression` the targets are values [N, 1]: a CSV label column of any finite numbers, the
 /// class index of the built-in set and of MNIST.
-Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression = false);
+Dataset load_dataset(const std::string& spec, std::uint64_t seed, bool regression = false,
+                     char csv_delimiter = ',');
 
 /// The deterministic synthetic set: Gaussian clusters around one random centre per class.
 Dataset synthetic_dataset(std::int64_t train_size, std::int64_t validation_size,
@@ -41,7 +43,8 @@ Dataset mnist_dataset(const std::string& directory);
 /// A CSV file with a header row, numeric cells and an integer class column `label`; the last
 /// fifth of the rows is the validation split. Labels that leave classes without a sample, or
 /// name one class only, are warnings.
-Dataset csv_dataset(const std::string& path, const std::string& label, bool regression = false);
+Dataset csv_dataset(const std::string& path, const std::string& label, bool regression = false,
+                    char delimiter = ',');
 
 /// Data to test or predict on: every sample, in order.
 struct HeldOut {
@@ -55,11 +58,12 @@ struct HeldOut {
 /// files; csv:FILE[:LABEL]: every row of the file, the label column optional unless
 /// `labels_required` (a test). Errors as load_dataset's.
 HeldOut load_held_out(const std::string& spec, std::uint64_t seed, bool labels_required,
-                      bool regression = false);
+                      bool regression = false, char csv_delimiter = ',');
 
 /// load_held_out for the flag `flag` (--test, --predict), checked against the data the model is
 /// made for: samples of another shape, or labels past its classes, are a DataError naming both.
 HeldOut load_held_out_for(const std::string& flag, const std::string& spec, std::uint64_t seed,
-                          bool labels_required, const Dataset& trained_on);
+                          bool labels_required, const Dataset& trained_on,
+                          char csv_delimiter = ',');
 
 }  // namespace train

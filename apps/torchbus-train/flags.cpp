@@ -1,5 +1,6 @@
 #include "flags.hpp"
 
+#include "csv_records.hpp"
 #include "exit_status.hpp"
 #include "training_device.hpp"
 
@@ -131,7 +132,20 @@ void describe_training_flags(CLI::App& app, Flags& flags) {
   app.add_option(
       "--data", flags.data,
       "synthetic (built in, the default) | mnist:DIR (the four IDX files) | "
-      "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label')");
+      "csv:FILE[:LABEL] (header row, numeric cells, class column LABEL, default 'label'; "
+      "quoted as RFC 4180 says)");
+  app.add_option("--csv-delimiter", flags.csv_delimiter,
+                 "the character between the cells of --data's, --test's and --predict's CSV "
+                 "files: ',' (the default), ';', '|', 'tab', ...")
+      ->check(
+          [](const std::string& text) {
+            return parse_csv_delimiter(text)
+                       ? std::string()
+                       : "expected one character other than a quote or a line break, or 'tab', "
+                         "got '" +
+                             text + "'";
+          },
+          "CHAR");
   app.add_option("--task", flags.task,
                  "classification (cross entropy, accuracy: labels are class indices) | regression "
                  "(one output, MSE loss, MSE/MAE/R² reported: a CSV label column of any numbers; "

@@ -21,6 +21,7 @@ namespace train {
 /// Every flag of torchbus-train, with its default.
 struct Flags {
   std::string data = "synthetic";
+  std::string csv_delimiter = ",";      // as given: parse_csv_delimiter reads it (csv_records.hpp)
   std::string task = "classification";  // or "regression"
   std::string model = "auto";
   std::vector<std::int64_t> hidden = {128, 64};

@@ -5,6 +5,7 @@
 
 #include "accuracy.hpp"
 #include "blas_threads.hpp"
+#include "csv_records.hpp"
 #include "dataset.hpp"
 #include "exit_status.hpp"
 #include "flags.hpp"
@@ -88,7 +89,8 @@ SetUp set_up(Flags& flags, const torchbus::ProcessGroup& group) {
                            flags.threads > 0 ? "--threads" : "the libraries' default",
                            train::describe_blas());
   torch::manual_seed(flags.seed);
-  run.data = train::load_dataset(flags.data, flags.seed, flags.task == "regression");
+  const auto csv_delimiter = *train::parse_csv_delimiter(flags.csv_delimiter);
+  run.data = train::load_dataset(flags.data, flags.seed, flags.task == "regression", csv_delimiter);
   train::check_shardable(flags, run.data, world_size);
   const auto planned = train::rank_batches(flags, run.data, group, run.device.device);
   train::check_batch_limits(flags, planned);
@@ -100,7 +102,7 @@ SetUp set_up(Flags& flags, const torchbus::ProcessGroup& group) {
   }
   if (!flags.test.empty()) {
     run.test_data = train::load_held_out_for("--test", flags.test, flags.seed,
-                                             /*labels_required=*/true, run.data);
+                                             /*labels_required=*/true, run.data, csv_delimiter);
     const auto samples = run.test_data->inputs.size(0);
     TORCHBUS_CHECK(samples >= world_size, torchbus::DataError, "--test ", flags.test, " has ",
                    samples, " samples; each of the ", world_size,
@@ -108,7 +110,7 @@ SetUp set_up(Flags& flags, const torchbus::ProcessGroup& group) {
   }
   if (!flags.predict.empty()) {
     run.predict_data = train::load_held_out_for("--predict", flags.predict, flags.seed,
-                                                /*labels_required=*/false, run.data);
+                                                /*labels_required=*/false, run.data, csv_delimiter);
   }
   const train::IdentitiesOf identities_of = [&](const Flags& given) {
     const bool cnn = train::uses_cnn(given, run.data);

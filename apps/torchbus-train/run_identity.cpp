@@ -1,5 +1,7 @@
 #include "run_identity.hpp"
 
+#include "csv_records.hpp"
+
 #include <fmt/format.h>
 #include <torchbus/error.hpp>
 
@@ -26,6 +28,7 @@ std::string canonical_data(const std::string& spec) {
 
 JsonObject describe_run(const Flags& flags, bool cnn) {
   return {{"data", flags.data},
+          {"csv_delimiter", flags.csv_delimiter},
           {"task", flags.task},
           {"model", flags.model},
           {"hidden", cnn ? JsonObject() : JsonObject(flags.hidden)},
@@ -76,6 +79,11 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size,
       global ? std::string() : fmt::format("world_size={}\n", world_size));
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
   if (flags.task != "classification") identity += fmt::format("task={}\n", flags.task);
+  // A CSV file read with another delimiter is other data (a comma file's identity stays as it was).
+  const auto delimiter = *parse_csv_delimiter(flags.csv_delimiter);
+  if (flags.data.rfind("csv:", 0) == 0 && delimiter != ',') {
+    identity += fmt::format("csv_delimiter={}\n", describe_csv_delimiter(delimiter));
+  }
   if (!flags.accumulate_schedule.empty()) {
     identity += fmt::format("accumulate_schedule={}\n",
                             schedule_text(*parse_accumulation_schedule(flags.accumulate_schedule)));

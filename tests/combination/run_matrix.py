@@ -5,7 +5,7 @@ schedule x validation schedule x how the run ends, and checks the invariants of 
 
 A cell id is DATA/CHECKPOINTS/VALIDATION/END, e.g. csv/step7/steps5/sigterm:
   DATA         synthetic (MLP, batch 256) | cnn (generated IDX set, --model cnn --batch-size 64)
-               | csv (generated CSV, batch 8)
+               | csv (generated CSV, ';'-separated, batch 8)
   CHECKPOINTS  epoch (epoch ends) | step1 | step7 (--checkpoint-every N) | none (--no-checkpoints)
   VALIDATION   epoch (--val-every 1) | steps5 (--val-every 0 --val-every-steps 5)
                | never (--val-every 0)
@@ -107,7 +107,9 @@ DATA = {
     # name: (flags, train samples, batch size)
     "synthetic": (["--batch-size", "256"], 8192, 256),  # 32 steps an epoch
     "cnn": (["--data", "mnist:{idx}", "--model", "cnn", "--batch-size", "64"], IDX_TRAIN, 64),
-    "csv": (["--data", "csv:{csv}", "--batch-size", str(CSV_BATCH)], csv_train_rows(), CSV_BATCH),
+    # The CSV file as a spreadsheet in a decimal-comma locale writes it: ';' (--csv-delimiter).
+    "csv": (["--data", "csv:{csv}", "--csv-delimiter", ";", "--batch-size", str(CSV_BATCH)],
+            csv_train_rows(), CSV_BATCH),
 }
 
 CKPT = {
@@ -213,18 +215,19 @@ def write_idx_pair(images, labels, count, mislabel_every=0):
 
 def write_csv(path):
     """~400 rows, 3 numeric features, 3 classes, learnable (class centres + small noise); one in
-    ten validation rows is mislabelled (see write_idx_pair)."""
+    ten validation rows is mislabelled (see write_idx_pair). Written as R's write.csv2 and
+    spreadsheets write it: ';' between cells, the header quoted, CRLF line ends."""
     rng = random.Random(1234)
     centres = [(0.0, 1.0, -1.0), (1.5, -0.5, 0.5), (-1.0, -1.0, 1.5)]
-    lines = ["x0,x1,x2,label"]
+    lines = ['"x0";"x1";"x2";"label"']
     for i in range(CSV_ROWS):
         label = i % 3
         cells = ["%.4f" % (c + rng.gauss(0, 0.3)) for c in centres[label]]
         if i >= csv_train_rows() and i % 10 == 0:
             label = (label + 1) % 3
-        lines.append(",".join(cells + [str(label)]))
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        lines.append(";".join(cells + [str(label)]))
+    with open(path, "w", newline="") as f:
+        f.write("\r\n".join(lines) + "\r\n")
 
 
 def make_data(work):
