@@ -2,9 +2,11 @@
 
 #include <csv.h>
 #include <torchbus/error.hpp>
+#include <torchbus/system_error_text.hpp>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <exception>
 #include <memory>
 #include <string_view>
@@ -103,6 +105,7 @@ void for_each_csv_record(std::istream& in, const std::string& name, char delimit
   std::array<char, 1 << 16> buffer{};
   bool first_chunk = true;
   bool after_carriage_return = false;  // the last byte fed was a CR: an LF now ends the same line
+  errno = 0;                           // what a failed read sets
   while (in.read(buffer.data(), buffer.size()) || in.gcount() > 0) {
     std::string_view chunk(buffer.data(), static_cast<std::size_t>(in.gcount()));
     // A UTF-8 byte order mark (as spreadsheets write one) is not part of the first cell.
@@ -123,8 +126,10 @@ void for_each_csv_record(std::istream& in, const std::string& name, char delimit
     }
     parse(chunk.data() + start, chunk.size() - start);
     after_carriage_return = !chunk.empty() && chunk.back() == '\r';
+    errno = 0;
   }
-  TORCHBUS_CHECK(!in.bad(), DataError, "CSV: reading '", name, "' failed on line ", reader.line);
+  TORCHBUS_CHECK(!in.bad(), DataError, "CSV: reading '", name, "' failed after line ",
+                 reader.line - 1, errno != 0 ? ": " + torchbus::system_error_text(errno) : "");
   const auto finished = csv_fini(&parser, &on_cell, &on_record, &reader);
   if (reader.failure) std::rethrow_exception(reader.failure);
   TORCHBUS_CHECK(finished == 0 && csv_error(&parser) == CSV_SUCCESS, DataError, "CSV: ", name,

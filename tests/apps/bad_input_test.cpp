@@ -314,10 +314,10 @@ BOOST_AUTO_TEST_CASE(data_that_is_not_a_regular_file_is_refused_naming_it) {
 
 BOOST_AUTO_TEST_CASE(a_binary_file_given_as_csv_is_quoted_briefly) {
   const auto out = scratch_path("bad_input_test", "binary_out");
-  std::string bytes;  // 5000 bytes of every value but '\n' and ','
+  std::string bytes;  // 5000 bytes of every value but CSV's line breaks, comma and quote
   for (int i = 0; bytes.size() < 5000; ++i) {
     const char byte = char(i * 7919 % 256);
-    if (byte != '\n' && byte != ',') bytes += byte;
+    if (byte != '\n' && byte != '\r' && byte != ',' && byte != '"') bytes += byte;
   }
   const auto header = make_csv_file("binary", bytes + "\n1\n");
   expect_data_error("--data csv:" + header.string(), out,
