@@ -293,6 +293,10 @@ void describe_callback_flags(CLI::App& app, Flags& flags) {
   app.add_option("--early-stopping", flags.early_stopping,
                  "EarlyStopping: stop after N validations without a better val_loss (0: off)")
       ->transform(at_least(0));
+  app.add_option("--min-epochs", flags.min_epochs,
+                 "train at least this many epochs before --early-stopping may end the run (its "
+                 "stop waits until then; 0: none)")
+      ->transform(at_least(0));
   app.add_option("--ema", flags.ema,
                  "EMA: keep an exponential moving average of the weights with this decay (e.g. "
                  "0.999), validate with it and end with it (0: off)")
@@ -394,6 +398,15 @@ void check_flag_combinations(const Flags& flags, const c10::Device& device) {
   if (flags.early_stopping > 0 && !validates(flags)) {
     throw UsageError(
         "--early-stopping watches val_loss: it needs --val-every > 0 or --val-every-steps > 0");
+  }
+  if (flags.min_epochs > 0 && flags.early_stopping == 0) {
+    throw UsageError(
+        "--min-epochs holds the stop of --early-stopping: it needs --early-stopping N");
+  }
+  if (flags.min_epochs > flags.epochs) {
+    throw UsageError("--min-epochs " + std::to_string(flags.min_epochs) +
+                     " is more than --epochs " + std::to_string(flags.epochs) +
+                     " (the run ends at --epochs); expected at most that many");
   }
   if (flags.scheduler == "plateau" && !validates(flags)) {
     throw UsageError(

@@ -57,6 +57,7 @@ struct Flags {
   bool progress = true;
   std::string scheduler = "none";
   std::int64_t early_stopping = 0;
+  std::int64_t min_epochs = 0;  // epochs before which early stopping may not end the run
   double ema = 0.0;
   double swa_start = 0.0;
   double swa_lr = 0.0;

@@ -51,6 +51,7 @@ JsonObject describe_run(const Flags& flags, bool cnn) {
           {"swa_start", flags.swa_start},
           {"swa_lr", flags.swa_lr},
           {"early_stopping", flags.early_stopping},
+          {"min_epochs", flags.min_epochs},
           {"terminate_on_nan", flags.terminate_on_nan},
           {"time_limit", flags.time_limit},
           {"seed", static_cast<std::int64_t>(flags.seed)},
@@ -78,6 +79,7 @@ std::string run_identity(const Flags& flags, bool cnn, int world_size,
       flags.precision, flags.channels_last ? 1 : 0,
       global ? std::string() : fmt::format("world_size={}\n", world_size));
   if (flags.ema > 0) identity += fmt::format("ema={}\n", flags.ema);
+  if (flags.min_epochs > 0) identity += fmt::format("min_epochs={}\n", flags.min_epochs);
   if (flags.task != "classification") identity += fmt::format("task={}\n", flags.task);
   // A CSV file read with another delimiter is other data (a comma file's identity stays as it was).
   const auto delimiter = *parse_csv_delimiter(flags.csv_delimiter);

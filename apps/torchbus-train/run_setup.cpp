@@ -116,6 +116,7 @@ torchbus::TrainerOptions trainer_options(const Flags& flags, const c10::Device& 
   return torchbus::TrainerOptions()
       .max_epochs(flags.epochs)
       .max_steps(flags.max_steps)
+      .min_epochs(flags.min_epochs)
       .accumulate_grad_batches(flags.accumulate)
       .accumulation_schedule(flags.accumulate_schedule.empty()
                                  ? torchbus::AccumulationSchedule()

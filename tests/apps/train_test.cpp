@@ -1217,6 +1217,36 @@ std::vector<fs::path> corrupt_every_checkpoint(const fs::path& out) {
 
 }  // namespace
 
+// --min-epochs holds --early-stopping's stop: with a learning rate of 1e-30 the weights never
+// change, nor val_loss after the first validation: patience 1 stops after epoch 2 unless 4 must
+// run.
+BOOST_AUTO_TEST_CASE(min_epochs_holds_the_early_stop_until_that_many_epochs) {
+  const auto common = std::string(
+      "--epochs 6 --optimizer sgd --lr 1e-30 --early-stopping 1 --limit-train-batches 10 "
+      "--no-progress --no-report "
+      "--no-tensorboard --out ");
+  const auto early = scratch("train_test", "min_epochs_none");
+  const auto plain = run_train(common + early.string());
+  BOOST_TEST_REQUIRE(plain.status == 0, plain.output);
+  BOOST_TEST(json_number(read_text(early / "summary.json"), "epochs") == 2);
+  const auto held = scratch("train_test", "min_epochs_4");
+  const auto result = run_train(common + held.string() + " --min-epochs 4");
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  const auto summary = read_text(held / "summary.json");
+  BOOST_TEST(json_number(summary, "epochs") == 4);
+  BOOST_TEST(has(json_string(summary, "stop_reason"), "val_loss did not improve"), summary);
+  BOOST_TEST(has(result.output, "the stop waits for min_epochs 4"), result.output);
+  BOOST_TEST(json_number(json_value(summary, "options").dump(), "min_epochs") == 4);
+  // Without early stopping, or above --epochs, it is a usage error.
+  const auto alone = run_train("--min-epochs 2 --out " + held.string() + "_alone");
+  BOOST_TEST(alone.status == 2, alone.output);
+  BOOST_TEST(has(alone.output, "--min-epochs holds the stop of --early-stopping"), alone.output);
+  const auto above =
+      run_train("--early-stopping 1 --min-epochs 9 --epochs 5 --out " + held.string() + "_above");
+  BOOST_TEST(above.status == 2, above.output);
+  BOOST_TEST(has(above.output, "--min-epochs 9 is more than --epochs 5"), above.output);
+}
+
 // A run that ended by its own decision (early stopping, a non-finite loss, the time limit) is over:
 // --resume trains nothing, changes none of its files and exits 0 saying so.
 BOOST_AUTO_TEST_CASE(resuming_a_finished_run_trains_nothing_and_changes_nothing) {

@@ -20,13 +20,14 @@ namespace {
 struct ScriptedRun {
   torch::nn::Sequential model = make_model();
   torch::optim::SGD sgd{model->parameters(), torch::optim::SGDOptions(0.1)};
-  Trainer trainer{model, sgd, cross_entropy,
-                  TrainerOptions().max_epochs(20).use_registered_subscriptions(false)};
+  Trainer trainer;
   std::vector<Batch> train = make_batches(3, 4);
   std::vector<Batch> validation = make_batches(1, 4, 4, 3, 11);
   int evaluations = 0;
 
-  ScriptedRun(std::string metric, std::vector<double> script, Event event = Event::EvalEnd) {
+  ScriptedRun(std::string metric, std::vector<double> script, Event event = Event::EvalEnd,
+              TrainerOptions options = TrainerOptions().max_epochs(20))
+      : trainer(model, sgd, cross_entropy, options.use_registered_subscriptions(false)) {
     trainer.on(Event::EvalEnd, [this](State&) { ++evaluations; });
     auto calls = std::make_shared<std::size_t>(0);
     trainer.on(
@@ -324,6 +325,195 @@ BOOST_AUTO_TEST_CASE(best_weights_survive_a_resume) {
   const auto final_weights = snapshot(*second.model);
   BOOST_REQUIRE(final_weights.size() == best.size());
   for (std::size_t i = 0; i < best.size(); ++i) BOOST_TEST(torch::equal(final_weights[i], best[i]));
+}
+
+/// What each EpochEnd (after every monitor) saw of the run's stop: "-" none, "held" an early stop
+/// held for min_epochs/min_steps, "stop" a stop requested.
+std::string stops_seen_at_epoch_ends(ScriptedRun& run) {
+  auto seen = std::make_shared<std::string>();
+  run.trainer.on(
+      Event::EpochEnd,
+      [seen](State& state) {
+        *seen += state.stop_requested() ? "stop " : state.held_stop_reason() ? "held " : "- ";
+      },
+      1000);
+  run.fit();
+  return *seen;
+}
+
+BOOST_AUTO_TEST_CASE(min_epochs_holds_a_plateau_stop_until_that_many_epochs_have_ended) {
+  // Patience 1 asks to stop at the check of epoch 2; min_epochs 5 holds the stop through epochs 3
+  // and 4, whose validations run, and the run ends after epoch 4 (Lightning's fit loop,
+  // loops/fit_loop.py:161-164 and :194: should_stop is honoured once min_epochs have ended).
+  ScriptedRun run("val_score", {1.0, 0.8, 0.9, 0.7, 0.6, 0.5, 0.4}, Event::EvalEnd,
+                  TrainerOptions().max_epochs(20).min_epochs(5));
+  auto stopping =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(1));
+  run.trainer.add(stopping);
+  BOOST_TEST(stops_seen_at_epoch_ends(run) == "- - held held stop ");
+  const auto& state = run.trainer.state();
+  BOOST_TEST(state.epoch == 5);
+  BOOST_TEST(run.evaluations == 5);
+  BOOST_TEST(state.stop_kind() == StopKind::Finished);
+  // The first reason is kept, though the metric improved while the stop was held.
+  BOOST_TEST(contains(state.stop_reason(), "did not improve"));
+  BOOST_TEST(contains(state.stop_reason(), "stopping at epoch 2"));
+  BOOST_TEST(stopping->stopped_epoch() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_at_the_epoch_that_reaches_min_epochs_is_not_held) {
+  ScriptedRun run("val_score", {1.0, 0.8, 0.9}, Event::EvalEnd,
+                  TrainerOptions().max_epochs(20).min_epochs(3));
+  run.trainer.add(
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(0)));
+  BOOST_TEST(stops_seen_at_epoch_ends(run) == "- - stop ");
+}
+
+BOOST_AUTO_TEST_CASE(min_steps_releases_a_held_stop_at_the_step_that_reaches_it) {
+  // Three steps an epoch: the stop asked for at epoch 1's check (step 6) is held until step 10,
+  // the first of epoch 3, and the run ends there, epoch 3 cut short (not validated).
+  ScriptedRun run("val_score", {1.0, 1.0}, Event::EvalEnd,
+                  TrainerOptions().max_epochs(20).min_steps(10));
+  run.trainer.add(
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(0)));
+  std::vector<std::int64_t> stopping_steps;
+  run.trainer.on(
+      Event::StepEnd,
+      [&](State& state) {
+        if (state.stop_requested()) stopping_steps.push_back(state.step);
+      },
+      1000);
+  BOOST_TEST(stops_seen_at_epoch_ends(run) == "- held held stop ");
+  BOOST_TEST(stopping_steps == std::vector<std::int64_t>{10});
+  const auto& state = run.trainer.state();
+  BOOST_TEST(state.step == 10);
+  BOOST_TEST(state.epoch == 3);
+  BOOST_TEST(run.evaluations == 3);
+}
+
+BOOST_AUTO_TEST_CASE(failures_stop_at_once_whatever_min_epochs_says) {
+  // A non-finite or diverged metric is a failure, not a plateau: min_epochs does not hold it.
+  ScriptedRun nan_run("val_score", {1.0, std::numeric_limits<double>::quiet_NaN()}, Event::EvalEnd,
+                      TrainerOptions().max_epochs(20).min_epochs(10));
+  nan_run.trainer.add(
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(5)));
+  BOOST_TEST(stops_seen_at_epoch_ends(nan_run) == "- stop ");
+  ScriptedRun diverging("val_score", {1.0, 0.9, 5.0}, Event::EvalEnd,
+                        TrainerOptions().max_epochs(20).min_epochs(10));
+  diverging.trainer.add(std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(5).divergence_threshold(2.0)));
+  BOOST_TEST(stops_seen_at_epoch_ends(diverging) == "- - stop ");
+  // And a stop a callback asks for with request_stop is not held either.
+  ScriptedRun direct("val_score", {}, Event::EvalEnd,
+                     TrainerOptions().max_epochs(20).min_epochs(10));
+  direct.trainer.on(Event::EpochEnd, [](State& state) {
+    if (state.epoch == 1) state.request_stop("enough");
+  });
+  BOOST_TEST(stops_seen_at_epoch_ends(direct) == "- stop ");
+}
+
+BOOST_AUTO_TEST_CASE(a_held_stop_survives_a_resume) {
+  // Killed after epoch 3 with the stop held, the run resumes (without EarlyStopping: the
+  // checkpoint holds the stop) and ends after epoch 4 with the uninterrupted run's weights.
+  const auto folder = std::filesystem::temp_directory_path() / "torchbus_early_stopping_held";
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  const std::vector<double> script{1.0, 0.8, 0.9, 0.7, 0.6};
+  const auto options = TrainerOptions().max_epochs(20).min_epochs(5).seed(7);
+  const auto stopping = EarlyStoppingOptions().monitor("val_score").patience(1);
+  ScriptedRun whole("val_score", script, Event::EvalEnd, options);
+  whole.trainer.add(std::make_shared<EarlyStopping>(stopping));
+  whole.fit();
+  BOOST_TEST(whole.trainer.state().epoch == 5);
+  {
+    ScriptedRun first("val_score", script, Event::EvalEnd, options);
+    first.trainer.add(std::make_shared<EarlyStopping>(stopping));
+    first.trainer.on(
+        Event::EpochEnd,
+        [&](State& state) {
+          if (state.epoch != 3) return;
+          BOOST_TEST(state.held_stop_reason().has_value());
+          first.trainer.save_checkpoint(folder / "epoch3.tbckpt");
+          throw std::runtime_error("killed");
+        },
+        1000);
+    BOOST_CHECK_THROW(first.fit(), std::runtime_error);
+  }
+  ScriptedRun second("val_score", {}, Event::EvalEnd, options);
+  second.trainer.resume_from(folder / "epoch3.tbckpt");
+  BOOST_TEST(stops_seen_at_epoch_ends(second) == "stop ");
+  BOOST_TEST(second.trainer.state().epoch == 5);
+  BOOST_TEST(contains(second.trainer.state().stop_reason(), "stopping at epoch 2"));
+  BOOST_TEST(all_equal(snapshot(*whole.model), snapshot(*second.model)));
+}
+
+BOOST_AUTO_TEST_CASE(baseline_restarts_the_patience_only_past_it) {
+  // Keras (callbacks/early_stopping.py:110-127, commit 3422977): every check adds one to wait,
+  // an improvement takes the best, and only one beating the baseline too sets wait back to 0.
+  // Below a baseline of 0.5, improvements 1.0, 0.9, 0.8 leave wait at 3: the first check
+  // without improvement (0.85, epoch 3) stops with patience 2.
+  ScriptedRun below("val_score", {1.0, 0.9, 0.8, 0.85, 0.84, 0.83});
+  auto with_baseline = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(2).baseline(0.5));
+  below.trainer.add(with_baseline);
+  below.fit();
+  BOOST_TEST(with_baseline->stopped_epoch() == 3);
+  BOOST_TEST(with_baseline->best() == 0.8);
+  BOOST_TEST(with_baseline->wait() == 4);
+  // Without it, the same values stop at the second check without improvement (epoch 4).
+  ScriptedRun plain("val_score", {1.0, 0.9, 0.8, 0.85, 0.84, 0.83});
+  auto without =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(2));
+  plain.trainer.add(without);
+  plain.fit();
+  BOOST_TEST(without->stopped_epoch() == 4);
+  // Values past the baseline behave as without one.
+  ScriptedRun past("val_score", {0.4, 0.45, 0.3, 0.35, 0.36, 0.2});
+  auto past_baseline = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(2).baseline(0.5));
+  past.trainer.add(past_baseline);
+  past.fit();
+  BOOST_TEST(past_baseline->stopped_epoch() == 4);
+  BOOST_TEST(past_baseline->best() == 0.3);
+}
+
+BOOST_AUTO_TEST_CASE(start_from_epoch_ignores_the_checks_of_the_warm_up) {
+  // Keras (callbacks/early_stopping.py:101): checks of epochs before start_from_epoch are not
+  // compared. Epochs 0-2 rise; from epoch 3, 0.9 is the best and 1.0 (epoch 4) stops.
+  ScriptedRun warm("val_score", {1.0, 2.0, 3.0, 0.9, 1.0, 1.1});
+  auto stopping = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(1).start_from_epoch(3));
+  warm.trainer.add(stopping);
+  warm.fit();
+  BOOST_TEST(stopping->stopped_epoch() == 4);
+  BOOST_TEST(stopping->best() == 0.9);
+  // A stopping threshold waits for the warm-up too; a non-finite value does not.
+  ScriptedRun threshold("val_score", {0.1, 0.2, 0.3, 0.05});
+  auto thresholded = std::make_shared<EarlyStopping>(EarlyStoppingOptions()
+                                                         .monitor("val_score")
+                                                         .patience(10)
+                                                         .stopping_threshold(0.5)
+                                                         .start_from_epoch(3));
+  threshold.trainer.add(thresholded);
+  threshold.fit();
+  BOOST_TEST(thresholded->stopped_epoch() == 3);
+  ScriptedRun failing("val_score", {1.0, std::numeric_limits<double>::infinity()});
+  auto failed = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions().monitor("val_score").patience(10).start_from_epoch(5));
+  failing.trainer.add(failed);
+  failing.fit();
+  BOOST_TEST(failed->stopped_epoch() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(bad_baseline_and_start_from_epoch_are_config_errors) {
+  BOOST_TEST(has(
+      message_of<ConfigError>([] { EarlyStopping(EarlyStoppingOptions().start_from_epoch(-1)); }),
+      "start_from_epoch must be >= 0"));
+  BOOST_TEST(has(message_of<ConfigError>([] {
+                   EarlyStopping(
+                       EarlyStoppingOptions().baseline(std::numeric_limits<double>::quiet_NaN()));
+                 }),
+                 "baseline must be a finite number"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -67,6 +67,24 @@ BOOST_AUTO_TEST_CASE(zero_epochs_and_zero_steps) {
                     ConfigError);
 }
 
+BOOST_AUTO_TEST_CASE(minimum_epochs_and_steps_past_the_limits) {
+  auto model = make_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  const auto refused = [&](const TrainerOptions& options) {
+    return message_of<ConfigError>([&] { Trainer(model, sgd, cross_entropy, options); });
+  };
+  BOOST_TEST(has(refused(TrainerOptions().max_epochs(3).min_epochs(4)),
+                 "min_epochs is 4 and max_epochs 3; expected min_epochs <= max_epochs"));
+  BOOST_TEST(has(refused(TrainerOptions().max_steps(10).min_steps(11)),
+                 "min_steps is 11 and max_steps 10; expected min_steps <= max_steps"));
+  BOOST_TEST(has(refused(TrainerOptions().min_epochs(-1)), "min_epochs must be >= 0"));
+  BOOST_TEST(
+      has(refused(TrainerOptions().min_steps(-2)), "min_steps must be >= 0 (0: none), got -2"));
+  // Without a limit, any minimum is possible.
+  BOOST_CHECK_NO_THROW(Trainer(model, sgd, cross_entropy,
+                               TrainerOptions().max_epochs(-1).max_steps(5).min_epochs(9)));
+}
+
 BOOST_AUTO_TEST_CASE(loss_that_is_not_a_scalar) {
   Setup setup({}, [](const at::Tensor& output, const at::Tensor& target) {
     return torch::nn::functional::cross_entropy(

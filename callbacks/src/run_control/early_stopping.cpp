@@ -30,6 +30,11 @@ void EarlyStoppingOptions::validate() const {
                  patience());
   TORCHBUS_CHECK(min_delta() >= 0.0, ConfigError, "EarlyStopping: min_delta must be >= 0, got ",
                  min_delta());
+  TORCHBUS_CHECK(start_from_epoch() >= 0, ConfigError,
+                 "EarlyStopping: start_from_epoch must be >= 0 (0: every check counts), got ",
+                 start_from_epoch());
+  TORCHBUS_CHECK(!baseline() || std::isfinite(*baseline()), ConfigError,
+                 "EarlyStopping: baseline must be a finite number, got ", baseline().value_or(0));
   TORCHBUS_CHECK(check_on() == Event::EvalEnd || check_on() == Event::EpochEnd, ConfigError,
                  "EarlyStopping: check_on must be EvalEnd or EpochEnd, got ",
                  to_string(check_on()));
@@ -76,28 +81,34 @@ void EarlyStopping::check(State& state) {
 
   const double value = point->value;
   const bool min = options_.mode() == Mode::Min;
+  const bool warming_up = state.epoch < options_.start_from_epoch();
   std::string reason;
+  bool plateau = false;  // a stop min_epochs and min_steps may hold
   if (options_.check_finite() && !std::isfinite(value)) {
     reason =
         detail::concat("EarlyStopping: ", monitor, " = ", value,
                        " is not finite; stopping at epoch ", state.epoch, ", step ", state.step);
-  } else if (const auto& threshold = options_.stopping_threshold();
-             threshold && (min ? value < *threshold : value > *threshold)) {
-    // Strictly beyond, as Lightning (callbacks/early_stopping.py: monitor_op is torch.lt / gt).
-    reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
-                            min ? "below" : "above", " the stopping threshold ", *threshold,
-                            " at epoch ", state.epoch, ", step ", state.step);
   } else if (const auto& divergence = options_.divergence_threshold();
              divergence && (min ? value > *divergence : value < *divergence)) {
     reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
                             min ? "above" : "below", " the divergence threshold ", *divergence,
                             " at epoch ", state.epoch, ", step ", state.step);
-  } else if (monitor_.update(value)) {
+  } else if (warming_up) {
+    return;
+  } else if (const auto& threshold = options_.stopping_threshold();
+             threshold && (min ? value < *threshold : value > *threshold)) {
+    plateau = true;
+    // Strictly beyond, as Lightning (callbacks/early_stopping.py: monitor_op is torch.lt / gt).
+    reason = detail::concat("EarlyStopping: ", monitor, " = ", value, " is ",
+                            min ? "below" : "above", " the stopping threshold ", *threshold,
+                            " at epoch ", state.epoch, ", step ", state.step);
+  } else if (monitor_.update(value, options_.baseline())) {
     best_step_ = point->step;
     best_epoch_ = point->epoch;
     if (options_.restore_best_weights()) keep_best_weights(state);
     logger()->debug("EarlyStopping: {} improved to {}", monitor, value);
   } else if (monitor_.wait() >= options_.patience()) {
+    plateau = true;
     reason = detail::concat("EarlyStopping: ", monitor, " did not improve (mode ",
                             mode_name(options_.mode()), ", min_delta ", options_.min_delta(),
                             ") for ", monitor_.wait(), " checks, patience ", options_.patience(),
@@ -107,7 +118,17 @@ void EarlyStopping::check(State& state) {
   if (!reason.empty()) {
     stopped_epoch_ = state.epoch;
     logger()->info(reason);
-    state.request_stop(std::move(reason));
+    if (plateau) {
+      state.request_early_stop(std::move(reason));
+      if (state.held_stop_reason()) {
+        logger()->info(
+            "EarlyStopping: the stop waits for min_epochs {} and min_steps {} ({} "
+            "epochs ended, {} steps made)",
+            state.min_epochs, state.min_steps, state.epochs_completed(), state.step);
+      }
+    } else {
+      state.request_stop(std::move(reason));
+    }
   }
 }
 

@@ -38,18 +38,24 @@ const MetricPoint* MetricMonitor::poll(const State& state, Event check_on, std::
 }
 
 // PyTorch's ReduceLROnPlateau._is_better, literally: 'rel' scales the best value (of either sign).
-bool MetricMonitor::improved(double value) const noexcept {
+bool MetricMonitor::beats(double value, double reference) const noexcept {
   if (threshold_mode_ == ThresholdMode::Rel) {
-    return mode_ == Mode::Min ? value < best_ * (1.0 - min_delta_)
-                              : value > best_ * (min_delta_ + 1.0);
+    return mode_ == Mode::Min ? value < reference * (1.0 - min_delta_)
+                              : value > reference * (min_delta_ + 1.0);
   }
-  return mode_ == Mode::Min ? value < best_ - min_delta_ : value > best_ + min_delta_;
+  return mode_ == Mode::Min ? value < reference - min_delta_ : value > reference + min_delta_;
 }
 
-bool MetricMonitor::update(double value) noexcept {
+bool MetricMonitor::improved(double value) const noexcept {
+  return beats(value, best_);
+}
+
+bool MetricMonitor::update(double value, std::optional<double> baseline) noexcept {
   if (improved(value)) {
     best_ = value;
-    wait_ = 0;
+    // Keras (callbacks/early_stopping.py:116-121): only an improvement past the baseline too
+    // restarts the count.
+    wait_ = !baseline || beats(value, *baseline) ? 0 : wait_ + 1;
     return true;
   }
   ++wait_;

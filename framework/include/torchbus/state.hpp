@@ -64,8 +64,10 @@ struct State {
   std::int64_t accumulate_grad_batches = 1;  ///< k: batches per optimizer step
   std::int64_t max_epochs = 1;               ///< epoch limit of the run (-1: none)
   std::int64_t max_steps = -1;               ///< step limit of the run (-1: none)
-  std::int64_t eval_batch = 0;               ///< index of the current evaluation batch
-  std::int64_t predict_batch = 0;            ///< index of the current predict batch
+  std::int64_t min_epochs = 0;     ///< epochs before which an early stop is held (0: none)
+  std::int64_t min_steps = 0;      ///< optimizer steps before which an early stop is held (0: none)
+  std::int64_t eval_batch = 0;     ///< index of the current evaluation batch
+  std::int64_t predict_batch = 0;  ///< index of the current predict batch
 
   // Ranks.
   int rank = 0;        ///< global rank of this process
@@ -173,8 +175,18 @@ struct State {
   const std::string& stop_reason() const noexcept { return stop_reason_; }
   /// Whether the requested stop ends the run or interrupts it (meaningful when one was requested).
   StopKind stop_kind() const noexcept { return stop_kind_; }
-  /// Forgets a stop request (at the start of an action).
+  /// Forgets a stop request and a held early stop (at the start of an action).
   void clear_stop() noexcept;
+  /// Asks for a Finished stop that TrainerOptions::min_epochs and min_steps may defer, as a
+  /// stop decided from metrics (EarlyStopping) is: in a fit that has not yet ended `min_epochs`
+  /// epochs or made `min_steps` steps, it is held (`held_stop_reason()`) and requested once both
+  /// are reached; elsewhere it is request_stop(reason). The first reason given is kept.
+  void request_early_stop(std::string reason);
+  /// The reason of an early stop held until min_epochs and min_steps are reached (none: none).
+  const std::optional<std::string>& held_stop_reason() const noexcept { return held_stop_reason_; }
+  /// Epochs of the fit trained to their end: `epoch`, plus the current one from the end of its
+  /// last batch (its validation and EpochEnd) unless it was cut short.
+  std::int64_t epochs_completed() const noexcept { return epochs_completed_; }
 
   /// Asks the trainer to end the current epoch at the next batch boundary: the step in progress
   /// applies the batches it has, the epoch's validation and EpochEnd follow, then the next epoch
@@ -203,6 +215,8 @@ struct State {
  private:
   friend struct detail::StateWriter;  // the framework's one writer of State's fields
 
+  /// Requests the held early stop if min_epochs and min_steps are reached (or outside a fit).
+  void release_held_stop();
   /// Makes the batch's values undefined (after BatchEnd and EvalBatchEnd).
   void clear_batch_output() noexcept;
   /// Makes every value of the step's output undefined (at the start of an action).
@@ -218,6 +232,8 @@ struct State {
   const Batch* batch_ = nullptr;
   bool stop_requested_ = false;
   std::string stop_reason_;
+  std::optional<std::string> held_stop_reason_;
+  std::int64_t epochs_completed_ = 0;
   StopKind stop_kind_ = StopKind::Finished;
   bool epoch_end_requested_ = false;
   std::string epoch_end_reason_;

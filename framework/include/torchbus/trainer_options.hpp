@@ -26,6 +26,11 @@ struct TrainerOptions {
   TORCH_ARG(std::int64_t, max_epochs) = 1;
   /// Optimizer steps to train (-1: no limit).
   TORCH_ARG(std::int64_t, max_steps) = -1;
+  /// Epochs an early stop (State::request_early_stop, EarlyStopping) may not end the run before:
+  /// it is held until this many epochs have ended (Lightning's min_epochs; 0: none).
+  TORCH_ARG(std::int64_t, min_epochs) = 0;
+  /// Optimizer steps an early stop may not end the run before (Lightning's min_steps; 0: none).
+  TORCH_ARG(std::int64_t, min_steps) = 0;
   /// Batches per optimizer step (k): gradients of k batches are averaged before one step.
   TORCH_ARG(std::int64_t, accumulate_grad_batches) = 1;
   /// k changing at given epochs, e.g. `{{0, 1}, {4, 2}, {8, 4}}` (Lightning's

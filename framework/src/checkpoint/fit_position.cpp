@@ -13,6 +13,10 @@ void write_fit_position(torch::serialize::OutputArchive& archive, const FitProgr
                                                       saved.global_batch}));
   // The run's end: a resume from this checkpoint trains nothing (absent: it goes on).
   if (!saved.stop_reason.empty()) archive.write("stop_reason", c10::IValue(saved.stop_reason));
+  // An early stop waiting for min_epochs or min_steps, which a resume keeps waiting.
+  if (saved.held_stop_reason) {
+    archive.write("held_stop_reason", c10::IValue(*saved.held_stop_reason));
+  }
   archive.write("epoch_start_rng", saved.epoch_start_rng);
   archive.write("epoch_order_drawn", c10::IValue(saved.order_drawn));
   archive.write("accumulate_grad_batches", c10::IValue(accumulate_grad_batches));
@@ -50,6 +54,11 @@ FitProgress read_fit_position(detail::CheckpointReader& reader) {
     reader.fail("has a malformed 'stop_reason' entry");
   }
   if (stop_reason.isString()) progress.stop_reason = stop_reason.toStringRef();
+  const auto held_stop_reason = reader.optional_value("held_stop_reason");
+  if (!held_stop_reason.isNone() && !held_stop_reason.isString()) {
+    reader.fail("has a malformed 'held_stop_reason' entry");
+  }
+  if (held_stop_reason.isString()) progress.held_stop_reason = held_stop_reason.toStringRef();
   // Checkpoints before it was written replay the order of an epoch they are inside of.
   const auto order_drawn = reader.optional_value("epoch_order_drawn");
   if (!order_drawn.isNone() && !order_drawn.isBool()) {

@@ -38,6 +38,8 @@ struct FitProgress {
   std::int64_t batch_in_epoch = 0;  ///< batches of that epoch already trained
   std::int64_t global_batch = 0;    ///< batches trained since the run began
   std::string stop_reason;          ///< why the run finished; empty when it goes on
+  /// An early stop held until min_epochs and min_steps are reached (none: none).
+  std::optional<std::string> held_stop_reason;
   /// The number of ranks that wrote it (0: not recorded, a checkpoint before it was).
   std::int64_t world_size = 0;
   /// Batches per step in its last epoch (0: not recorded).

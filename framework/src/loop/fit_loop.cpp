@@ -37,6 +37,7 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
   validated_step_ = -1;
   validating_ = false;
   epoch_finished_ = false;
+  epoch_trained_ = false;
   series_before_epoch_end_.reset();
   series_after_epoch_end_.reset();
   validated_before_epoch_end_ = -1;
@@ -114,6 +115,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
   // Ended by its data or by request; a stop or max_steps leaves it unfinished.
   const bool completed = !more || state.epoch_end_requested();
   if (!completed) mark_unfinished_epoch_end();
+  epoch_trained_ = completed;  // State::epochs_completed counts it from here
   detail::StateWriter::set_epoch_cut_short(state, !completed);
   context_.events.publish_progress();  // the metrics are recorded at the loop's step and epoch
   for (const auto& loss : step_.loss_metrics()) {
@@ -130,6 +132,9 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
       validated_step_ != counters_.step) {
     validate(*validation);
   }
+  // An early stop held for min_epochs ends the run once the epoch that reaches them has been
+  // validated (as Lightning's fit loop stops after it).
+  detail::StateWriter::release_held_stop(state);
   // An epoch cut short by a stop or max_steps is not completed: a checkpoint taken now or at
   // ActionEnd continues it where it stopped.
   epoch_finished_ = completed;
@@ -144,6 +149,7 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
     counters_.batch_in_epoch = 0;
     order_drawn_ = false;
   }
+  epoch_trained_ = false;
 }
 
 void FitLoop::validate(BatchSource& validation) {
@@ -311,6 +317,9 @@ void FitLoop::run_step(bool can_validate) {
     ++counters_.step;
     context_.events.publish_progress();  // the losses are recorded at this step
     step_.record_losses();
+    // An early stop held for min_steps is requested at the step that reaches them (StepEnd's
+    // subscribers, a checkpoint, see it).
+    detail::StateWriter::release_held_stop(state);
   }
   detail::StateWriter::set_update_skipped(state, !update);
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
@@ -328,7 +337,8 @@ void FitLoop::run_step(bool can_validate) {
 
 void FitLoop::publish(State& state) const noexcept {
   detail::StateWriter::publish_fit(state, counters_.epoch, counters_.step, counters_.batch_in_epoch,
-                                   counters_.global_batch, counters_.window_position);
+                                   counters_.global_batch, counters_.window_position,
+                                   counters_.epoch + (epoch_trained_ ? 1 : 0));
   step_.publish(state);
   evaluation_.publish(state);
 }
@@ -346,6 +356,7 @@ FitProgress FitLoop::progress() const {
                                                : counters_.batch_in_epoch;
   progress.global_batch = counters_.global_batch;
   progress.stop_reason = finished ? state.stop_reason() : std::string();
+  progress.held_stop_reason = state.held_stop_reason();
   progress.world_size = state.world_size;
   progress.accumulate_grad_batches = state.accumulate_grad_batches;
   progress.batch_samples = batch_samples_;
@@ -481,6 +492,7 @@ void FitLoop::restore(const FitProgress& progress) {
   validated_before_epoch_end_ = progress.validated_step;
   state.clear_stop();
   if (!progress.stop_reason.empty()) state.request_stop(progress.stop_reason, StopKind::Finished);
+  if (progress.held_stop_reason) state.request_early_stop(*progress.held_stop_reason);
 }
 
 }  // namespace torchbus

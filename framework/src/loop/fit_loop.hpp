@@ -97,6 +97,7 @@ class FitLoop final : public ProgressPublisher {
   std::vector<Batch> window_;  // the batches of the current step
   std::size_t window_used_ = 0;
   bool epoch_finished_ = false;   // during EpochEnd: a checkpoint resumes at the next epoch
+  bool epoch_trained_ = false;    // from the end of the epoch's last batch: it was not cut short
   at::Tensor epoch_start_rng_;    // CPU generator state when the epoch's data order was drawn
   bool order_drawn_ = false;      // the current epoch's order is drawn (from epoch_start_rng_)
   std::int64_t resume_skip_ = 0;  // batches of the resumed epoch already trained

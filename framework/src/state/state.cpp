@@ -30,6 +30,23 @@ void State::clear_stop() noexcept {
   stop_requested_ = false;
   stop_reason_.clear();
   stop_kind_ = StopKind::Finished;
+  held_stop_reason_.reset();
+}
+
+void State::request_early_stop(std::string reason) {
+  if ((stop_requested_ && stop_kind_ == StopKind::Finished) || held_stop_reason_) return;
+  held_stop_reason_ = std::move(reason);
+  release_held_stop();
+}
+
+void State::release_held_stop() {
+  // Behind an interrupting stop (a signal) it stays held: the checkpoint taken there keeps it.
+  if (!held_stop_reason_ || stop_requested_) return;
+  const bool may_stop =
+      action != Action::Fit || (epochs_completed_ >= min_epochs && step >= min_steps);
+  if (!may_stop) return;
+  request_stop(std::move(*held_stop_reason_));
+  held_stop_reason_.reset();
 }
 
 void State::request_epoch_end(std::string reason) {

@@ -7,6 +7,7 @@
 /// framework file assigns a State field (docs/architecture.md, "Who writes State").
 
 #include <torchbus/state.hpp>
+#include <torchbus/trainer_options.hpp>
 
 #include <exception>
 #include <string>
@@ -26,12 +27,14 @@ struct StateWriter {
   }
   /// The model, its device and the run's limits, for one action.
   static void set_run(State& state, torch::nn::Module* model, c10::Device device,
-                      std::int64_t max_epochs, std::int64_t max_steps, bool fast_dev_run) {
+                      const TrainerOptions& options) {
     state.model = model;
     state.device = device;
-    state.max_epochs = max_epochs;
-    state.max_steps = max_steps;
-    state.fast_dev_run = fast_dev_run;
+    state.max_epochs = options.max_epochs();
+    state.max_steps = options.max_steps();
+    state.min_epochs = options.min_epochs();
+    state.min_steps = options.min_steps();
+    state.fast_dev_run = options.fast_dev_run() > 0;
   }
   /// The process group and this process's place in it (null: one process).
   static void set_placement(State& state, ProcessGroup* group, int rank, int local_rank,
@@ -43,11 +46,14 @@ struct StateWriter {
   }
 
   // ---- progress, published from the loops' records before each emission ----
-  /// The fit loop's counters.
+  /// Requests an early stop held until now if min_epochs and min_steps are reached.
+  static void release_held_stop(State& state) { state.release_held_stop(); }
+  /// The fit loop's counters, and the epochs it has trained to their end.
   static void publish_fit(State& state, std::int64_t epoch, std::int64_t step,
                           std::int64_t batch_in_epoch, std::int64_t global_batch,
-                          std::int64_t window_position) noexcept {
+                          std::int64_t window_position, std::int64_t epochs_completed) noexcept {
     state.epoch = epoch;
+    state.epochs_completed_ = epochs_completed;
     state.step = step;
     state.batch_in_epoch = batch_in_epoch;
     state.global_batch = global_batch;

@@ -18,6 +18,16 @@ void TrainerOptions::validate() const {
   TORCHBUS_CHECK(!(max_epochs_ == -1 && max_steps_ == -1), ConfigError,
                  "max_epochs and max_steps are both -1 (no limit): the run would never end; "
                  "set at least one of them");
+  TORCHBUS_CHECK(min_epochs_ >= 0, ConfigError, "min_epochs must be >= 0 (0: none), got ",
+                 min_epochs_);
+  TORCHBUS_CHECK(min_steps_ >= 0, ConfigError, "min_steps must be >= 0 (0: none), got ",
+                 min_steps_);
+  TORCHBUS_CHECK(max_epochs_ < 0 || min_epochs_ <= max_epochs_, ConfigError, "min_epochs is ",
+                 min_epochs_, " and max_epochs ", max_epochs_,
+                 "; expected min_epochs <= max_epochs (the run ends at max_epochs)");
+  TORCHBUS_CHECK(max_steps_ < 0 || min_steps_ <= max_steps_, ConfigError, "min_steps is ",
+                 min_steps_, " and max_steps ", max_steps_,
+                 "; expected min_steps <= max_steps (the run ends at max_steps)");
   TORCHBUS_CHECK(val_every_n_epochs_ >= 0, ConfigError,
                  "val_every_n_epochs must be >= 0 (0: never), got ", val_every_n_epochs_);
   TORCHBUS_CHECK(val_every_n_steps_ >= 0, ConfigError,
@@ -60,6 +70,8 @@ TrainerOptions TrainerOptions::effective() const {
   auto options = *this;
   options.max_epochs(1)
       .max_steps(-1)
+      .min_epochs(0)
+      .min_steps(0)
       .val_every_n_epochs(1)
       .val_every_n_steps(0)
       .limit_train_batches(BatchLimit::count(fast_dev_run_))

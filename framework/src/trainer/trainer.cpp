@@ -340,8 +340,7 @@ void Trainer::prepare_run() {
       }
     }
   }
-  detail::StateWriter::set_run(state_, module_.get(), device, run_options_.max_epochs(),
-                               run_options_.max_steps(), run_options_.fast_dev_run() > 0);
+  detail::StateWriter::set_run(state_, module_.get(), device, run_options_);
   detail::StateWriter::set_accumulation(state_, run_options_.accumulate_grad_batches_at(0));
 }
 

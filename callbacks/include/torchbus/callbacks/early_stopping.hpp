@@ -40,6 +40,14 @@ struct EarlyStoppingOptions {
   TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
   /// Stop when the metric is NaN or infinite.
   TORCH_ARG(bool, check_finite) = true;
+  /// A value the metric must beat (by min_delta) for a check to restart the patience count: with
+  /// one, the run stops after `patience` checks that did not beat both the best value and the
+  /// baseline (Keras' `baseline`; none: the best value alone).
+  TORCH_ARG(std::optional<double>, baseline) = std::nullopt;
+  /// Checks in epochs before this one (counted from 0) are not compared with the best value nor
+  /// the stopping threshold: a warm-up whose plateaus do not count (Keras' `start_from_epoch`; a
+  /// non-finite or diverged value still stops the run). 0: every check counts.
+  TORCH_ARG(std::int64_t, start_from_epoch) = 0;
   /// When to check: Event::EvalEnd (after every evaluation) or Event::EpochEnd.
   TORCH_ARG(Event, check_on) = Event::EvalEnd;
   /// When fit() ends without an exception, put back the weights (parameters and buffers) the
@@ -51,12 +59,13 @@ struct EarlyStoppingOptions {
   void validate() const;
 };
 
-/// Stops the run (state.request_stop, at the next step boundary) when the monitored metric has
-/// not improved for `patience` checks in a row (as Lightning and Keras), passed
-/// `stopping_threshold` or crossed `divergence_threshold`. A check reads the metric's newest point
-/// (a host sync if it was recorded as a tensor, once per check); a check with no new point since
-/// the previous one is skipped. Role::Monitor, after Role::Metrics (so before loggers and
-/// checkpoints, which run after monitors).
+/// Stops the run when the monitored metric has not improved for `patience` checks in a row (as
+/// Lightning and Keras) or passed `stopping_threshold` (state.request_early_stop: at the next step
+/// boundary once TrainerOptions::min_epochs and min_steps are reached), or when it crossed
+/// `divergence_threshold` or is not finite (state.request_stop: at the next step boundary). A check
+/// reads the metric's newest point (a host sync if it was recorded as a tensor, once per check); a
+/// check with no new point since the previous one is skipped. Role::Monitor, after Role::Metrics
+/// (so before loggers and checkpoints, which run after monitors).
 class EarlyStopping : public Callback {
  public:
   /// An EarlyStopping named by its options; throws ConfigError for invalid options.

@@ -8,6 +8,7 @@
 #include <torchbus/metric_history.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,8 +54,9 @@ class MetricMonitor {
   /// Whether `value` beats the best value by more than min_delta (by the threshold mode).
   bool improved(double value) const noexcept;
   /// Takes `value` as the new best and resets wait if it improved; otherwise adds one to wait.
-  /// Returns whether it improved.
-  bool update(double value) noexcept;
+  /// With a `baseline`, an improvement that does not also beat it (by min_delta) adds one to wait
+  /// too (Keras' EarlyStopping baseline). Returns whether it improved.
+  bool update(double value, std::optional<double> baseline = std::nullopt) noexcept;
   /// Sets wait to 0.
   void reset_wait() noexcept { wait_ = 0; }
 
@@ -64,6 +66,9 @@ class MetricMonitor {
   void load_state(torch::serialize::InputArchive& archive, const std::string& prefix = "");
 
  private:
+  /// Whether `value` beats `reference` by more than min_delta (by the threshold mode).
+  bool beats(double value, double reference) const noexcept;
+
   std::string monitor_;
   Mode mode_;
   double min_delta_;
