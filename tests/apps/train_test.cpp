@@ -1236,7 +1236,8 @@ BOOST_AUTO_TEST_CASE(min_epochs_holds_the_early_stop_until_that_many_epochs) {
   BOOST_TEST(json_number(summary, "epochs") == 4);
   BOOST_TEST(has(json_string(summary, "stop_reason"), "val_loss did not improve"), summary);
   BOOST_TEST(has(result.output, "the stop waits for min_epochs 4"), result.output);
-  BOOST_TEST(json_number(json_value(summary, "options").dump(), "min_epochs") == 4);
+  BOOST_TEST(json_number(torchbus::testing::json_value(summary, "options").dump(), "min_epochs") ==
+             4);
   // Without early stopping, or above --epochs, it is a usage error.
   const auto alone = run_train("--min-epochs 2 --out " + held.string() + "_alone");
   BOOST_TEST(alone.status == 2, alone.output);

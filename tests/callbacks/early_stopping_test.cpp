@@ -354,7 +354,7 @@ BOOST_AUTO_TEST_CASE(min_epochs_holds_a_plateau_stop_until_that_many_epochs_have
   const auto& state = run.trainer.state();
   BOOST_TEST(state.epoch == 5);
   BOOST_TEST(run.evaluations == 5);
-  BOOST_TEST(state.stop_kind() == StopKind::Finished);
+  BOOST_TEST((state.stop_kind() == StopKind::Finished));
   // The first reason is kept, though the metric improved while the stop was held.
   BOOST_TEST(contains(state.stop_reason(), "did not improve"));
   BOOST_TEST(contains(state.stop_reason(), "stopping at epoch 2"));
