@@ -290,6 +290,27 @@ BOOST_AUTO_TEST_CASE(no_report_when_an_earlier_action_start_fails) {
   BOOST_TEST(!fs::exists(r.path));
 }
 
+BOOST_AUTO_TEST_CASE(options_added_since_are_shown_when_set) {
+  ReportRun r(
+      TrainerOptions().max_epochs(2).min_epochs(1).min_steps(3).detect_anomaly(true).deterministic(
+          Determinism::WarnOnly));
+  r.fit();
+  const auto rows = Report::read(r.path).rows("options");
+  const auto has_row = [&](std::vector<std::string> row) {
+    return std::find(rows.begin(), rows.end(), row) != rows.end();
+  };
+  BOOST_TEST(has_row({"min_epochs", "1", "trainer"}));
+  BOOST_TEST(has_row({"min_steps", "3", "trainer"}));
+  BOOST_TEST(has_row({"detect_anomaly", "true", "trainer"}));
+  BOOST_TEST(has_row({"deterministic", "warn_only", "trainer"}));
+  ReportRun plain;
+  plain.fit();
+  for (const auto& row : Report::read(plain.path).rows("options")) {
+    BOOST_TEST(row.front() != "min_epochs");
+    BOOST_TEST(row.front() != "deterministic");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(reports_a_failure_with_its_message) {
   ReportRun r(TrainerOptions().max_epochs(1));
   r.run.trainer.set_train_step([](Trainer& trainer, Batch& batch) {

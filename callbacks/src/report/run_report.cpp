@@ -364,6 +364,16 @@ void RunReport::on_added(Trainer& trainer) {
     trainer_rows_.emplace_back("num_sanity_val_steps",
                                std::to_string(options.num_sanity_val_steps()));
   }
+  if (options.min_epochs() > 0) {
+    trainer_rows_.emplace_back("min_epochs", std::to_string(options.min_epochs()));
+  }
+  if (options.min_steps() > 0) {
+    trainer_rows_.emplace_back("min_steps", std::to_string(options.min_steps()));
+  }
+  if (options.detect_anomaly()) trainer_rows_.emplace_back("detect_anomaly", "true");
+  if (options.deterministic() != Determinism::Unchanged) {
+    trainer_rows_.emplace_back("deterministic", std::string(to_string(options.deterministic())));
+  }
 }
 
 // ---- hooks --------------------------------------------------------------------------------------

@@ -13,12 +13,25 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace torchbus {
 
 /// Epoch -> k: batches per optimizer step from that epoch on (see
 /// TrainerOptions::accumulation_schedule).
 using AccumulationSchedule = std::map<std::int64_t, std::int64_t>;
+
+/// What TrainerOptions::deterministic asks of LibTorch's deterministic algorithms (global to the
+/// process: set for each action, put back after it).
+enum class Determinism : std::uint8_t {
+  Unchanged,  ///< the process's setting stays as it is
+  On,         ///< an operation without a deterministic implementation throws; cuDNN deterministic
+  WarnOnly,   ///< such an operation warns instead (PyTorch's warn_only=True)
+  Off,        ///< nondeterministic algorithms allowed (and cuDNN's), whatever the process set
+};
+
+/// The value's name: "unchanged", "on", "warn_only" or "off".
+std::string_view to_string(Determinism determinism) noexcept;
 
 /// What a Trainer does, e.g. `TrainerOptions().max_epochs(10).accumulate_grad_batches(4)`.
 struct TrainerOptions {
@@ -89,6 +102,13 @@ struct TrainerOptions {
   /// What makes this run's result ("key=value" lines: data, model, seed, ...), written into every
   /// checkpoint; a checkpoint of another identity is never resumed (empty: no check).
   TORCH_ARG(std::string, run_identity) = "";
+  /// Run each action with LibTorch's anomaly detection (Lightning's detect_anomaly): a backward
+  /// producing NaN throws naming the operation, whose forward is in the message. Global to the
+  /// process while the action runs, and slow: for debugging.
+  TORCH_ARG(bool, detect_anomaly) = false;
+  /// LibTorch's deterministic algorithms during each action (Lightning's deterministic):
+  /// docs/trainer.md, "Reproducibility", says what each value costs.
+  TORCH_ARG(Determinism, deterministic) = Determinism::Unchanged;
   /// Connect the subscriptions registered with TORCHBUS_SUBSCRIBE when the Trainer is built
   /// (opt-in: the registry is process-wide).
   TORCH_ARG(bool, use_registered_subscriptions) = false;

@@ -3,6 +3,20 @@
 
 namespace torchbus {
 
+std::string_view to_string(Determinism determinism) noexcept {
+  switch (determinism) {
+    case Determinism::On:
+      return "on";
+    case Determinism::WarnOnly:
+      return "warn_only";
+    case Determinism::Off:
+      return "off";
+    case Determinism::Unchanged:
+      break;
+  }
+  return "unchanged";
+}
+
 void TrainerOptions::validate() const {
   TORCHBUS_CHECK(accumulate_grad_batches_ >= 1, ConfigError,
                  "accumulate_grad_batches must be >= 1 (batches per optimizer step), got ",

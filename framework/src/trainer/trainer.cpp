@@ -23,6 +23,7 @@
 #include "state/writer.hpp"
 #include "trainer/checkpoint_connector.hpp"
 #include "trainer/phase_models.hpp"
+#include "trainer/process_modes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -353,6 +354,7 @@ void Trainer::run_as(Action action, const std::function<void()>& body) {
   set_action(action);
   const auto& failures = bus().subscriber_failures();
   const auto disabled_before = count_disabled(failures);
+  const detail::ProcessModes modes(options_);
   body();
   if (count_disabled(failures) > disabled_before) {
     log_disabled(failures, std::string(to_string(action)) + "()");
