@@ -381,6 +381,7 @@ int run(Flags flags) {
   log_run(flags, run, resuming, allocator);
   auto batches = train::rank_batches(flags, run.data, *group, run.device.device);
   train::add_task_metrics(trainer, flags);
+  trainer.add(std::make_shared<torchbus::ModelSummary>());  // the layers, in the log as it starts
   Training training{trainer, flags, run, batches, group, nullptr, nullptr, {}, writes_outputs};
   training.segments = std::make_shared<train::RunSegments>(
       train::RunSegment{0, world_size, flags.batch_size, flags.accumulate});

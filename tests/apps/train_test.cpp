@@ -188,6 +188,9 @@ BOOST_AUTO_TEST_CASE(synthetic_run_learns_and_writes_its_outputs) {
   BOOST_TEST(has(summary, "\"subscriber_failures\": []"));  // no logger was disabled
   const auto log = read_text(out / "train.log");
   BOOST_TEST(has(log, "epoch 3 ended"));
+  // ModelSummary's table as the run starts: 32*128+128 + 128*64+64 + 64*10+10 parameters.
+  BOOST_TEST(has(log, "model summary:"));
+  BOOST_TEST(has(log, "Total parameters: 13130 (52520 B)"), log);
   // The program keeps freed memory for the next step, unless the environment configures malloc
   // or another allocator replaces glibc's (AddressSanitizer's mallopt refuses the settings).
 #if defined(__SANITIZE_ADDRESS__)
