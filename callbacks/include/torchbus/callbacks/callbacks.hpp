@@ -15,6 +15,7 @@
 #include <torchbus/callbacks/logged_values.hpp>
 #include <torchbus/callbacks/lr_finder.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
+#include <torchbus/callbacks/model_summary.hpp>
 #include <torchbus/callbacks/prediction_writer.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
@@ -25,4 +26,5 @@
 #include <torchbus/callbacks/tensorboard_logger.hpp>
 #include <torchbus/callbacks/terminate_on_nan.hpp>
 #include <torchbus/callbacks/timer.hpp>
+#include <torchbus/callbacks/value_scheduler.hpp>
 #include <torchbus/torchbus.hpp>
