@@ -80,6 +80,9 @@ BOOST_AUTO_TEST_CASE(minimum_epochs_and_steps_past_the_limits) {
   BOOST_TEST(has(refused(TrainerOptions().min_epochs(-1)), "min_epochs must be >= 0"));
   BOOST_TEST(
       has(refused(TrainerOptions().min_steps(-2)), "min_steps must be >= 0 (0: none), got -2"));
+  BOOST_TEST(has(refused(TrainerOptions().val_every_epoch_fraction(1.5)),
+                 "val_every_epoch_fraction must be in (0, 1] (a fraction of an epoch), or 0 for "
+                 "never, got 1.5"));
   // Without a limit, any minimum is possible.
   BOOST_CHECK_NO_THROW(Trainer(model, sgd, cross_entropy,
                                TrainerOptions().max_epochs(-1).max_steps(5).min_epochs(9)));

@@ -293,6 +293,37 @@ BOOST_AUTO_TEST_CASE(a_step_validation_after_an_epochs_last_step_is_the_epochs_v
              boost::test_tools::per_element());
 }
 
+// val_every_epoch_fraction as Lightning's float val_check_interval (loops/fit_loop.py:317-318,
+// training_epoch_loop.py:560): 5 batches and 0.4 validate after batches 2 and 4, then at the
+// epoch's end; 0.5 after batch 2 (int(2.5)) and 4, and at the end.
+BOOST_AUTO_TEST_CASE(validation_every_fraction_of_an_epoch) {
+  auto train = make_batches(5, 4);
+  auto validation = make_batches(1, 4, 4, 3, 99);
+  for (const double fraction : {0.4, 0.5}) {
+    RecordedRun run(TrainerOptions().max_epochs(1).val_every_epoch_fraction(fraction));
+    run.trainer.fit(train, validation);
+    BOOST_TEST(run.events() ==
+                   join({"ActionStart EpochStart", step(1), step(1), evaluation(1), step(1),
+                         step(1), evaluation(1), step(1), evaluation(1), "EpochEnd ActionEnd"}),
+               fraction);
+  }
+  // A fraction whose interval divides the epoch: the last is the epoch's validation (once). With
+  // two batches a step, the validation follows the step that trains the batch due: 2 (step 1), 4
+  // (step 2), then the epoch's end after step 3.
+  RecordedRun quarter(TrainerOptions().max_epochs(1).val_every_epoch_fraction(0.25));
+  auto eight = make_batches(8, 4);
+  quarter.trainer.fit(eight, validation);
+  BOOST_TEST(quarter.trainer.state().metrics.series("val_loss").size() == 4u);
+  RecordedRun windows(
+      TrainerOptions().max_epochs(1).accumulate_grad_batches(2).val_every_epoch_fraction(0.4));
+  windows.trainer.fit(train, validation);
+  std::vector<std::int64_t> validated;
+  for (const auto& point : windows.trainer.state().metrics.series("val_loss")) {
+    validated.push_back(point.step);
+  }
+  BOOST_TEST(validated == (std::vector<std::int64_t>{1, 2, 3}), boost::test_tools::per_element());
+}
+
 // max_steps ending the epoch right after a step's validation: the epoch's would see its weights.
 BOOST_AUTO_TEST_CASE(max_steps_after_a_step_validation_validates_once) {
   RecordedRun run(TrainerOptions().max_epochs(1).max_steps(2).val_every_n_steps(2));

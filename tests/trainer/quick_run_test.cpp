@@ -121,6 +121,24 @@ BOOST_AUTO_TEST_CASE(a_fraction_of_a_source_of_unknown_size_is_refused_before_an
   BOOST_TEST(has(val_message, "limit_val_batches is the fraction 0.5"));
 }
 
+// val_every_epoch_fraction counts the epoch's batches: of a source that does not tell them, only
+// with limit_train_batches as a count.
+BOOST_AUTO_TEST_CASE(validation_every_fraction_of_an_epoch_of_unknown_size) {
+  auto batches = make_batches(4, 4);
+  auto validation_batches = make_batches(1, 4, 4, 3, 99);
+  RangeSource<std::vector<Batch>> validation(validation_batches);
+  UnsizedSource train(batches);
+  RecordedRun unknown(TrainerOptions().val_every_epoch_fraction(0.5));
+  const auto message =
+      message_of<ConfigError>([&] { unknown.trainer.fit_sources(train, &validation); });
+  BOOST_TEST(has(message, "val_every_epoch_fraction 0.5 needs the epoch's batches"), message);
+  BOOST_TEST(unknown.events().empty());
+  RecordedRun counted(
+      TrainerOptions().val_every_epoch_fraction(0.5).limit_train_batches(BatchLimit::count(4)));
+  counted.trainer.fit_sources(train, &validation);
+  BOOST_TEST(counted.trainer.state().metrics.series("val_loss").size() == 2u);  // after 2, and 4
+}
+
 BOOST_AUTO_TEST_CASE(a_fraction_that_keeps_no_batch_is_refused) {
   Run run(TrainerOptions().limit_train_batches(BatchLimit::fraction(0.05)));
   auto train = make_batches(10, 4);

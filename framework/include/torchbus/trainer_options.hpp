@@ -79,6 +79,11 @@ struct TrainerOptions {
   TORCH_ARG(std::int64_t, val_every_n_epochs) = 1;
   /// Also validate after every n optimizer steps (0: never).
   TORCH_ARG(std::int64_t, val_every_n_steps) = 0;
+  /// Also validate every this fraction of a training epoch, in (0, 1] (Lightning's float
+  /// val_check_interval; 0: never): after the step whose window holds every max(1, floor(f × B))-th
+  /// batch of the epoch, B its batches (limit_train_batches' count, else the data's size, which
+  /// must then be known). 0.25: four validations an epoch, the last the epoch's own.
+  TORCH_ARG(double, val_every_epoch_fraction) = 0.0;
   /// Device the model and every batch are moved to.
   TORCH_ARG(c10::Device, device) = c10::Device(c10::kCPU);
   /// Seed for torch::manual_seed at the start of fit (none: leave the generator alone).

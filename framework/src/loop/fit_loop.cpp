@@ -19,6 +19,17 @@ void FitLoop::prepare(BatchSource& train, BatchSource* validation) {
                                                                                "limit_val_batches")
                                 : -1;
   epoch_batches_ = train.size();
+  val_batch_interval_ = 0;
+  if (const auto fraction = options.val_every_epoch_fraction(); fraction > 0.0 && validation) {
+    auto batches = train_batch_limit_ >= 0 ? std::optional(train_batch_limit_) : epoch_batches_;
+    if (batches && epoch_batches_) batches = std::min(*batches, *epoch_batches_);
+    TORCHBUS_CHECK(batches.has_value(), ConfigError, "val_every_epoch_fraction ", fraction,
+                   " needs the epoch's batches: the training data does not tell its size; give "
+                   "limit_train_batches as a count, or val_every_n_steps");
+    // As Lightning (loops/fit_loop.py:317-318): int(batches × fraction), at least 1.
+    val_batch_interval_ = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(static_cast<double>(*batches) * fraction));
+  }
   batch_samples_ = 0;
   resharded_from_ = 0;
   expected_batch_samples_ = 0;
@@ -297,6 +308,7 @@ void FitLoop::count_batch_samples() {
 
 void FitLoop::run_step(bool can_validate) {
   auto& state = context_.state;
+  const auto first_batch = counters_.batch_in_epoch;
   count_batch_samples();
   counters_.window_position = 0;
   step_.begin(window_used_, counters_.global_batch);
@@ -325,8 +337,15 @@ void FitLoop::run_step(bool can_validate) {
   // Decided before StepEnd, so that its subscribers (checkpoints) know a validation follows. It
   // runs even if a stop was asked for: it belongs to this step, and every rank decides alike.
   const auto every = context_.options.val_every_n_steps();
+  // A fraction of the epoch: the window held a batch whose 1-based index in the epoch is a
+  // multiple of the interval (Lightning's (batch_idx + 1) % val_check_batch == 0,
+  // loops/training_epoch_loop.py:560, decided per batch; here at the step that trains it).
+  const auto interval = val_batch_interval_;
+  const bool fraction_due =
+      interval > 0 && counters_.batch_in_epoch / interval > first_batch / interval;
   detail::StateWriter::set_validation_follows(
-      state, can_validate && every > 0 && update && counters_.step % every == 0);
+      state,
+      can_validate && update && ((every > 0 && counters_.step % every == 0) || fraction_due));
   context_.events.close();  // StepEnd
   detail::StateWriter::set_update_skipped(state, false);
   state.tensors.clear(Scope::Step);

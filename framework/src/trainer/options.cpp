@@ -46,6 +46,10 @@ void TrainerOptions::validate() const {
                  "val_every_n_epochs must be >= 0 (0: never), got ", val_every_n_epochs_);
   TORCHBUS_CHECK(val_every_n_steps_ >= 0, ConfigError,
                  "val_every_n_steps must be >= 0 (0: never), got ", val_every_n_steps_);
+  TORCHBUS_CHECK(val_every_epoch_fraction_ >= 0.0 && val_every_epoch_fraction_ <= 1.0, ConfigError,
+                 "val_every_epoch_fraction must be in (0, 1] (a fraction of an epoch), or 0 for "
+                 "never, got ",
+                 val_every_epoch_fraction_);
   TORCHBUS_CHECK(gradient_clip_norm_ >= 0.0, ConfigError,
                  "gradient_clip_norm must be >= 0 (0: off), got ", gradient_clip_norm_);
   TORCHBUS_CHECK(gradient_clip_value_ >= 0.0, ConfigError,
@@ -88,6 +92,7 @@ TrainerOptions TrainerOptions::effective() const {
       .min_steps(0)
       .val_every_n_epochs(1)
       .val_every_n_steps(0)
+      .val_every_epoch_fraction(0.0)
       .limit_train_batches(BatchLimit::count(fast_dev_run_))
       .limit_val_batches(BatchLimit::count(fast_dev_run_))
       .limit_test_batches(BatchLimit::count(fast_dev_run_))
