@@ -2,7 +2,6 @@
 
 #include <csv.h>
 #include <torchbus/error.hpp>
-#include <torchbus/system_error_text.hpp>
 
 #include <algorithm>
 #include <array>
@@ -10,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace train {
@@ -129,7 +129,7 @@ void for_each_csv_record(std::istream& in, const std::string& name, char delimit
     errno = 0;
   }
   TORCHBUS_CHECK(!in.bad(), DataError, "CSV: reading '", name, "' failed after line ",
-                 reader.line - 1, errno != 0 ? ": " + torchbus::system_error_text(errno) : "");
+                 reader.line - 1, errno != 0 ? ": " + std::generic_category().message(errno) : "");
   const auto finished = csv_fini(&parser, &on_cell, &on_record, &reader);
   if (reader.failure) std::rethrow_exception(reader.failure);
   TORCHBUS_CHECK(finished == 0 && csv_error(&parser) == CSV_SUCCESS, DataError, "CSV: ", name,

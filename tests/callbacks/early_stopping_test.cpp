@@ -1,6 +1,7 @@
 // EarlyStopping on scripted metrics: patience, min_delta, thresholds, check events, bad input.
 
 #include <boost/test/unit_test.hpp>
+#include <support/captured_log.hpp>
 #include <support/errors.hpp>
 #include <support/fixtures.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
@@ -359,6 +360,19 @@ BOOST_AUTO_TEST_CASE(min_epochs_holds_a_plateau_stop_until_that_many_epochs_have
   BOOST_TEST(contains(state.stop_reason(), "did not improve"));
   BOOST_TEST(contains(state.stop_reason(), "stopping at epoch 2"));
   BOOST_TEST(stopping->stopped_epoch() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(plateaus_while_a_stop_is_held_keep_its_reason_and_epoch) {
+  ScriptedRun run("val_score", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0}, Event::EvalEnd,
+                  TrainerOptions().max_epochs(20).min_epochs(4));
+  auto stopping =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions().monitor("val_score").patience(0));
+  run.trainer.add(stopping);
+  const CapturedLog log;
+  BOOST_TEST(stops_seen_at_epoch_ends(run) == "- held held stop ");
+  BOOST_TEST(stopping->stopped_epoch() == 1);
+  BOOST_TEST(contains(run.trainer.state().stop_reason(), "stopping at epoch 1"));
+  BOOST_TEST(log.messages("info", "EarlyStopping: the stop waits").size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_stop_at_the_epoch_that_reaches_min_epochs_is_not_held) {

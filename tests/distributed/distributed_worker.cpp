@@ -131,6 +131,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
                            .max_epochs(number(args, "epochs", 2))
                            .max_steps(number(args, "steps", -1))
                            .accumulate_grad_batches(number(args, "accumulate", 1))
+                           .min_steps(number(args, "min_steps", 0))
                            .seed(11);
   const bool structured = number(args, "structured", 0) != 0;
   auto trainer_holder =
@@ -217,6 +218,7 @@ void train(const std::map<std::string, std::string>& args, const std::string& ou
     if (per_step_min < 0 || collectives < per_step_min) per_step_min = collectives;
     per_step_max = std::max(per_step_max, collectives);
     stop_here(state, "StepEnd");
+    if (state.step == number(args, "early_stop_step", -1)) state.request_early_stop("early stop");
     if (state.rank == throw_rank && state.step == throw_step) {
       throw std::runtime_error("injected failure at step " + std::to_string(state.step));
     }

@@ -297,6 +297,25 @@ BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_stops_both_at_the_same_step) {
   }
 }
 
+// An early stop every rank asks for at step 2, held by min_steps 5, ends one process and both
+// ranks of two after step 5 (the ranks agree at the step that releases it).
+BOOST_AUTO_TEST_CASE(an_early_stop_held_by_min_steps_ends_every_rank_at_that_step) {
+  for (const int ranks : {1, 2}) {
+    BOOST_TEST_CONTEXT(ranks << " rank(s)") {
+      TempDir out("distributed");
+      const auto launch = run_torchrun_style(
+          kWorker, {"out=" + out.path.string(), "early_stop_step=2", "min_steps=5"}, ranks,
+          free_port());
+      BOOST_REQUIRE_EQUAL(launch.exit_codes, std::vector<int>(static_cast<std::size_t>(ranks), 0));
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto results = read_results(out.path / ("rank" + std::to_string(rank) + ".txt"));
+        BOOST_TEST(results.at("step") == "5");
+        BOOST_TEST(results.at("stop_reason") == "early stop");
+      }
+    }
+  }
+}
+
 // A skip asked before the gradients leave is agreed: every rank skips that update. One asked at
 // BeforeOptimizerStep on one rank only would let the models diverge: both ranks fail at the next
 // step, saying so.

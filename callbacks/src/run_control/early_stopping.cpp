@@ -115,20 +115,25 @@ void EarlyStopping::check(State& state) {
                             "; best ", monitor_.best(), " at epoch ", best_epoch_, ", step ",
                             best_step_, "; stopping at epoch ", state.epoch, ", step ", state.step);
   }
-  if (!reason.empty()) {
-    stopped_epoch_ = state.epoch;
-    logger()->info(reason);
-    if (plateau) {
-      state.request_early_stop(std::move(reason));
-      if (state.held_stop_reason()) {
-        logger()->info(
-            "EarlyStopping: the stop waits for min_epochs {} and min_steps {} ({} "
-            "epochs ended, {} steps made)",
-            state.min_epochs, state.min_steps, state.epochs_completed(), state.step);
-      }
-    } else {
-      state.request_stop(std::move(reason));
-    }
+  if (reason.empty()) return;
+  if (plateau && state.held_stop_reason()) {
+    // A stop is held already: its reason and epoch stand; this check would stop too.
+    logger()->debug(reason);
+    state.request_early_stop(std::move(reason));
+    return;
+  }
+  stopped_epoch_ = state.epoch;
+  logger()->info(reason);
+  if (!plateau) {
+    state.request_stop(std::move(reason));
+    return;
+  }
+  state.request_early_stop(std::move(reason));
+  if (state.held_stop_reason()) {
+    logger()->info(
+        "EarlyStopping: the stop waits for min_epochs {} and min_steps {} ({} epochs ended, {} "
+        "steps made)",
+        state.min_epochs, state.min_steps, state.epochs_completed(), state.step);
   }
 }
 

@@ -116,10 +116,16 @@ void FitLoop::run_epoch(BatchSource& train, BatchSource* validation) {
                      "; expected at least one batch per epoch");
       break;
     }
+    const auto steps_before = counters_.step;
     run_step(validation != nullptr);
     if (state.validation_follows) {
       validate(*validation);
       detail::StateWriter::set_validation_follows(state, false);
+      sync_.agree_on_stop();
+    } else if (counters_.step != steps_before && counters_.step == options.min_steps()) {
+      // The step that reaches min_steps may have released a held early stop: agreed at once (a
+      // collective every rank makes at this step), so that every rank stops after it as one
+      // process does, not after the next step's gradients.
       sync_.agree_on_stop();
     }
   }

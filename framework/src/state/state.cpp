@@ -34,8 +34,8 @@ void State::clear_stop() noexcept {
 }
 
 void State::request_early_stop(std::string reason) {
-  if ((stop_requested_ && stop_kind_ == StopKind::Finished) || held_stop_reason_) return;
-  held_stop_reason_ = std::move(reason);
+  if (stop_requested_ && stop_kind_ == StopKind::Finished) return;
+  if (!held_stop_reason_) held_stop_reason_ = std::move(reason);  // the first reason is kept
   release_held_stop();
 }
 
