@@ -112,7 +112,7 @@ class FitLoop final : public ProgressPublisher {
   std::optional<SeriesLengths> series_after_epoch_end_;
   std::int64_t validated_before_epoch_end_ = -1;
   std::optional<std::int64_t> epoch_batches_;  // batches per epoch, when the data says
-  std::int64_t val_batch_interval_ = 0;  // val_every_epoch_fraction in batches (0: off)
+  std::int64_t val_batch_interval_ = 0;        // val_every_epoch_fraction in batches (0: off)
   std::int64_t batch_samples_ = 0;  // the largest batch across every rank so far (0: none yet)
   // Resumed on another number of ranks: the checkpoint's ranks, and the samples a batch across
   // every rank must hold, until a batch has shown it (0: nothing to check); a smaller batch that

@@ -6,9 +6,9 @@
 
 #include <torch/arg.h>
 #include <torchbus/callback.hpp>
-#include <torchbus/event_list.hpp>
 #include <torchbus/callbacks/learning_rate_scheduler.hpp>
 #include <torchbus/callbacks/lr_schedule.hpp>
+#include <torchbus/event_list.hpp>
 
 #include <cstdint>
 #include <functional>
