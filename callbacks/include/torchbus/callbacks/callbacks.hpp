@@ -16,6 +16,7 @@
 #include <torchbus/callbacks/lr_finder.hpp>
 #include <torchbus/callbacks/model_checkpoint.hpp>
 #include <torchbus/callbacks/model_summary.hpp>
+#include <torchbus/callbacks/parameter_selection.hpp>
 #include <torchbus/callbacks/prediction_writer.hpp>
 #include <torchbus/callbacks/profiler.hpp>
 #include <torchbus/callbacks/progress_bar.hpp>
