@@ -7,7 +7,7 @@
   header is for the fit loop and the facade (trainer/) alone: the other parts read the fit's
   position from the checkpoint format (checkpoint/fit_position.hpp).
 - callbacks/src/: support (what several built-ins share) < one group per kind (loggers, report,
-  schedules, averaging, metrics, run_control; a group includes no other group) < the top level
+  schedules, averaging, metrics, run_control, finetuning; a group includes no other group) < the top level
   (add_default_callbacks, the umbrella's compile check).
 - The libraries: framework/ includes nothing of torchbus::callbacks; neither library includes
   apps/ or benchmarks/ (a quoted include of theirs resolves inside their own src/).
@@ -26,7 +26,8 @@ FRAMEWORK_LAYERS = ["support", "interop", "state", "data", "bus", "checkpoint", 
                     "trainer"]
 # Private headers only some folders may include, beyond the layer rule.
 RESTRICTED = {"loop/fit_loop.hpp": ("loop/fit_loop.cpp", "trainer/")}
-CALLBACK_GROUPS = ["loggers", "report", "schedules", "averaging", "metrics", "run_control"]
+CALLBACK_GROUPS = ["loggers", "report", "schedules", "averaging", "metrics", "run_control",
+                   "finetuning"]
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
 
