@@ -8,6 +8,7 @@
 #include <torchbus/callbacks/classification_metrics.hpp>
 #include <torchbus/callbacks/csv_logger.hpp>
 #include <torchbus/callbacks/default_callbacks.hpp>
+#include <torchbus/callbacks/device_stats_monitor.hpp>
 #include <torchbus/callbacks/early_stopping.hpp>
 #include <torchbus/callbacks/ema.hpp>
 #include <torchbus/callbacks/gradient_stats.hpp>
