@@ -12,8 +12,9 @@ bool matches(const std::string& pattern, const std::string& name) {
   return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
-/// A few of `module`'s parameter names, for a message: "a.weight, a.bias, ... (12 in all)".
-std::string some_names(const torch::nn::Module& module) {
+/// What a pattern that matched nothing is told: some of `module`'s parameter names ("a.weight,
+/// a.bias, ... (12 in all)") and how patterns read.
+std::string names_hint(const torch::nn::Module& module) {
   const auto named = module.named_parameters();
   std::vector<std::string> names;
   for (const auto& item : named) {
@@ -22,7 +23,8 @@ std::string some_names(const torch::nn::Module& module) {
   }
   auto text = detail::join_or_none(names);
   if (named.size() > names.size()) text += detail::concat(", ... (", named.size(), " in all)");
-  return text;
+  return detail::concat("; the names are dotted paths such as ", text,
+                        " (a glob: '*' matches any characters, e.g. 'encoder.*')");
 }
 
 }  // namespace
@@ -33,9 +35,8 @@ std::vector<at::Tensor> parameters_matching(const torch::nn::Module& module,
   for (const auto& item : module.named_parameters()) {
     if (matches(pattern, item.key())) chosen.push_back(item.value());
   }
-  TORCHBUS_CHECK(!chosen.empty(), ConfigError, "no parameter name matches '", pattern,
-                 "'; the names are dotted paths such as ", some_names(module),
-                 " (a glob: '*' matches any characters, e.g. 'encoder.*')");
+  TORCHBUS_CHECK(!chosen.empty(), ConfigError, "no parameter name matches '", pattern, "'",
+                 names_hint(module));
   return chosen;
 }
 
@@ -50,9 +51,7 @@ std::vector<std::vector<at::Tensor>> split_parameters(const torch::nn::Module& m
   for (std::size_t i = 0; i < patterns.size(); ++i) {
     TORCHBUS_CHECK(!groups[i].empty(), ConfigError, "split_parameters: pattern ", i + 1, " '",
                    patterns[i], "' matches no parameter",
-                   i > 0 ? " the patterns before it left" : "",
-                   "; the names are dotted paths such as ", some_names(module),
-                   " (a glob: '*' matches any characters, e.g. 'encoder.*')");
+                   i > 0 ? " the patterns before it left" : "", names_hint(module));
   }
   return groups;
 }
